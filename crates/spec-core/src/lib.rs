@@ -1,0 +1,8 @@
+//! Exact acceptance math for speculative decoding.
+pub mod error;
+pub mod metrics;
+pub mod reference;
+pub mod rng;
+pub mod sampling;
+pub mod tree;
+pub mod verify;

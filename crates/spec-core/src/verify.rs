@@ -1,0 +1,351 @@
+//! Verification of drafted tokens on a burn backend: chains (Leviathan et al. 2023; Chen et al.
+//! 2023) and trees (SpecInfer, Miao et al. 2024), greedy and sampled.
+//!
+//! The rule is stated on [`crate::reference::walk`], which this module reproduces on the same
+//! uniforms. The full-vocabulary distributions stay on the device; a step reads back two small
+//! tensors: the target's and draft's probabilities of the drafted tokens (one per child), then the
+//! final token drawn on the device by inverse CDF.
+
+use burn::tensor::{Int, Tensor, TensorData, Transaction, backend::Backend};
+
+use crate::error::{Result, Source, SpecError};
+use crate::rng::{SpecRng, StepUniforms, accepts};
+use crate::sampling::{
+    SamplingConfig, inverse_cdf, probabilities_unchecked, read_greedy, read_samples, read2,
+};
+use crate::tree::{NodeId, ROOT, TokenTree};
+
+/// Below this residual mass (f32 on the device) the residual is taken to have rounded away and
+/// `p` is used instead; see [`crate::reference::RESIDUAL_FLOOR_F64`] for why this is exact.
+pub const RESIDUAL_FLOOR_F32: f32 = 1e-6;
+
+/// How the children of the tree's nodes were proposed.
+#[derive(Debug, Clone)]
+pub enum Proposal<B: Backend> {
+    /// The children of node `n` were drawn i.i.d. from row `n` of these draft distributions
+    /// `[rows, vocab]` (from [`crate::sampling::probabilities`] with the same settings). Rows
+    /// are needed for every node that has children; a chain of `K` drafts needs `K` rows.
+    Sampled(Tensor<B, 2>),
+    /// The children are fixed candidates (prompt lookup, top-k heads): each is a point mass.
+    Deterministic,
+}
+
+/// The outcome of one verification step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// Accepted nodes from the root's child down; a path in the tree.
+    pub accepted: Vec<NodeId>,
+    /// The token that ends the step: drawn from the residual where a draft was rejected, or the
+    /// bonus token after a leaf. Never a drafted node.
+    pub next_token: u32,
+}
+
+impl Verdict {
+    /// Tokens this step appends to the sequence: the accepted drafts, then the next token.
+    pub fn tokens(&self, tree: &TokenTree) -> Vec<u32> {
+        self.accepted
+            .iter()
+            .map(|&n| tree.token(n))
+            .chain(std::iter::once(self.next_token))
+            .collect()
+    }
+
+    /// The last accepted node, or the root when nothing was accepted.
+    pub fn last_node(&self) -> NodeId {
+        self.accepted.last().copied().unwrap_or(ROOT)
+    }
+}
+
+/// Verifies drafts with one set of sampling settings (validated once, at construction).
+#[derive(Debug, Clone)]
+pub struct Verifier {
+    config: SamplingConfig,
+}
+
+impl Verifier {
+    pub fn new(config: SamplingConfig) -> Result<Self> {
+        config.validate()?;
+        Ok(Self { config })
+    }
+
+    pub fn config(&self) -> &SamplingConfig {
+        &self.config
+    }
+
+    /// Verifies the chain `drafted` (K tokens). `target_logits` is `[K + 1, vocab]`: row `i` is
+    /// the target's logits after the context and `drafted[..i]`. A sampled proposal holds the
+    /// draft's `[K, vocab]` distributions.
+    pub fn verify_chain<B: Backend>(
+        &self,
+        drafted: &[u32],
+        target_logits: Tensor<B, 2>,
+        proposal: Proposal<B>,
+        rng: &mut SpecRng,
+    ) -> Result<Verdict> {
+        // Verification never reads the root's token.
+        let tree = TokenTree::chain(0, drafted);
+        self.verify_tree(&tree, target_logits, proposal, rng)
+    }
+
+    /// Verifies `tree`. `target_logits` is `[tree.len(), vocab]`: row `n` is the target's logits
+    /// after the path root..=n, as one forward pass with the tree's ancestor mask produces them.
+    ///
+    /// Draws exactly `tree.len()` uniforms from `rng`, whatever is accepted.
+    pub fn verify_tree<B: Backend>(
+        &self,
+        tree: &TokenTree,
+        target_logits: Tensor<B, 2>,
+        proposal: Proposal<B>,
+        rng: &mut SpecRng,
+    ) -> Result<Verdict> {
+        let [rows, vocab] = target_logits.dims();
+        if rows != tree.len() {
+            return Err(SpecError::Shape(format!(
+                "target logits have {rows} rows for a tree of {} nodes",
+                tree.len()
+            )));
+        }
+        if let Some(&token) = tree.tokens()[1..].iter().find(|&&t| t as usize >= vocab) {
+            return Err(SpecError::TokenOutOfVocabulary { token, vocab });
+        }
+        if let Proposal::Sampled(q) = &proposal {
+            let [q_rows, q_vocab] = q.dims();
+            let needed = tree.internal_nodes().last().map_or(0, |n| n + 1);
+            if q_vocab != vocab || q_rows < needed {
+                return Err(SpecError::Shape(format!(
+                    "draft distributions are [{q_rows}, {q_vocab}]; this tree needs at least [{needed}, {vocab}]"
+                )));
+            }
+        }
+        let uniforms = rng.step_uniforms(tree.len());
+        if self.config.is_greedy() {
+            return verify_greedy(tree, target_logits);
+        }
+        let target = probabilities_unchecked(target_logits, &self.config);
+        match proposal {
+            Proposal::Sampled(q) => verify_sampled(tree, target, q, &uniforms),
+            Proposal::Deterministic => verify_deterministic(tree, target, &uniforms),
+        }
+    }
+}
+
+fn verify_greedy<B: Backend>(tree: &TokenTree, target_logits: Tensor<B, 2>) -> Result<Verdict> {
+    let best = read_greedy(target_logits, Source::Target)?;
+    let mut node = ROOT;
+    let mut accepted = Vec::new();
+    while let Some(&child) = tree
+        .children(node)
+        .iter()
+        .find(|&&c| tree.token(c) == best[node])
+    {
+        accepted.push(child);
+        node = child;
+    }
+    Ok(Verdict {
+        accepted,
+        next_token: best[node],
+    })
+}
+
+/// The children's tokens as a `[internal nodes, max children]` index tensor (padded with 0), and
+/// each node's row in it.
+fn child_table<B: Backend>(
+    tree: &TokenTree,
+    device: &B::Device,
+) -> (Tensor<B, 2, Int>, Vec<usize>) {
+    let internal = tree.internal_nodes();
+    let width = tree.max_children();
+    let mut row_of = vec![usize::MAX; tree.len()];
+    let mut tokens = vec![0i64; internal.len() * width];
+    for (row, &node) in internal.iter().enumerate() {
+        row_of[node] = row;
+        for (k, &child) in tree.children(node).iter().enumerate() {
+            tokens[row * width + k] = i64::from(tree.token(child));
+        }
+    }
+    let table = Tensor::from_data(TensorData::new(tokens, [internal.len(), width]), device);
+    (table, row_of)
+}
+
+fn node_index<B: Backend>(nodes: &[NodeId], device: &B::Device) -> Tensor<B, 1, Int> {
+    let ids: Vec<i64> = nodes.iter().map(|&n| n as i64).collect();
+    Tensor::from_data(TensorData::new(ids, [nodes.len()]), device)
+}
+
+/// `norm(max(0, r − q))` row by row, or `r` where that has no mass.
+fn residual<B: Backend>(r: Tensor<B, 2>, q: Tensor<B, 2>) -> Tensor<B, 2> {
+    let dims = r.dims();
+    let d = (r.clone() - q).clamp_min(0.0);
+    let mass = d.clone().sum_dim(1);
+    let empty = mass.clone().lower_equal_elem(RESIDUAL_FLOOR_F32);
+    (d / mass).mask_where(empty.expand(dims), r)
+}
+
+/// Draws the final token from `row` `[1, vocab]`.
+fn draw<B: Backend>(row: Tensor<B, 2>, uniforms: &StepUniforms) -> Result<u32> {
+    let (tokens, totals) = inverse_cdf(row, &[uniforms.final_draw]);
+    Ok(read_samples(tokens, totals, Source::Target)?[0])
+}
+
+fn verify_sampled<B: Backend>(
+    tree: &TokenTree,
+    target: Tensor<B, 2>,
+    q: Tensor<B, 2>,
+    uniforms: &StepUniforms,
+) -> Result<Verdict> {
+    let device = target.device();
+    let internal = tree.internal_nodes();
+    let mut ratios = Vec::new();
+    let mut row_of = Vec::new();
+    let mut width = 0;
+    if !internal.is_empty() {
+        let (table, rows) = child_table::<B>(tree, &device);
+        row_of = rows;
+        width = tree.max_children();
+        let index = node_index::<B>(&internal, &device);
+        let q_rows = q.clone().select(0, index.clone());
+        let mut r = target.clone().select(0, index);
+        // Column k: target residual after k rejections and draft probability, at child k.
+        let mut r_at = Vec::with_capacity(width);
+        let mut q_at = Vec::with_capacity(width);
+        for k in 0..width {
+            let column = table.clone().narrow(1, k, 1);
+            r_at.push(r.clone().gather(1, column.clone()));
+            q_at.push(q_rows.clone().gather(1, column));
+            if k + 1 < width {
+                r = residual(r, q_rows.clone());
+            }
+        }
+        let [r_at, q_at] = read2(
+            Transaction::default()
+                .register(Tensor::cat(r_at, 1))
+                .register(Tensor::cat(q_at, 1)),
+        );
+        ratios = r_at.iter::<f64>().zip(q_at.iter::<f64>()).collect();
+    }
+
+    let mut node = ROOT;
+    let mut accepted = Vec::new();
+    let rejected = 'descend: loop {
+        let children = tree.children(node);
+        for (k, &child) in children.iter().enumerate() {
+            let (r_c, q_c) = ratios[row_of[node] * width + k];
+            if r_c.is_nan() {
+                return Err(SpecError::NonFiniteLogits {
+                    what: Source::Target,
+                    row: node,
+                });
+            }
+            if q_c.is_nan() {
+                return Err(SpecError::NonFiniteLogits {
+                    what: Source::Draft,
+                    row: node,
+                });
+            }
+            if q_c <= 0.0 {
+                return Err(SpecError::ImpossibleDraft {
+                    node: child,
+                    token: tree.token(child),
+                });
+            }
+            if accepts(uniforms.for_node(child), (r_c / q_c).min(1.0)) {
+                accepted.push(child);
+                node = child;
+                continue 'descend;
+            }
+        }
+        break children.len();
+    };
+
+    let index = node_index::<B>(&[node], &device);
+    let mut row = target.select(0, index.clone());
+    if rejected > 0 {
+        let q_row = q.select(0, index);
+        for _ in 0..rejected {
+            row = residual(row, q_row.clone());
+        }
+    }
+    Ok(Verdict {
+        accepted,
+        next_token: draw(row, uniforms)?,
+    })
+}
+
+fn verify_deterministic<B: Backend>(
+    tree: &TokenTree,
+    target: Tensor<B, 2>,
+    uniforms: &StepUniforms,
+) -> Result<Verdict> {
+    let device = target.device();
+    let internal = tree.internal_nodes();
+    let mut p_at = Vec::new();
+    let mut row_of = Vec::new();
+    let mut width = 0;
+    if !internal.is_empty() {
+        let (table, rows) = child_table::<B>(tree, &device);
+        row_of = rows;
+        width = tree.max_children();
+        let index = node_index::<B>(&internal, &device);
+        p_at = target
+            .clone()
+            .select(0, index)
+            .gather(1, table)
+            .into_data()
+            .iter::<f64>()
+            .collect();
+    }
+
+    let mut node = ROOT;
+    let mut accepted = Vec::new();
+    let mut removed: Vec<u32> = Vec::new();
+    'descend: loop {
+        removed.clear();
+        // Mass left in p after removing the rejected candidates: the residual of a point mass
+        // is p without that token, renormalized.
+        let mut remaining = 1.0f64;
+        for (k, &child) in tree.children(node).iter().enumerate() {
+            let p_c = p_at[row_of[node] * width + k];
+            if p_c.is_nan() {
+                return Err(SpecError::NonFiniteLogits {
+                    what: Source::Target,
+                    row: node,
+                });
+            }
+            let token = tree.token(child);
+            let probability = if removed.contains(&token) {
+                0.0
+            } else if remaining <= f64::from(RESIDUAL_FLOOR_F32) {
+                p_c
+            } else {
+                (p_c / remaining).min(1.0)
+            };
+            if accepts(uniforms.for_node(child), probability) {
+                accepted.push(child);
+                node = child;
+                continue 'descend;
+            }
+            if !removed.contains(&token) {
+                removed.push(token);
+                remaining -= p_c;
+            }
+        }
+        break;
+    }
+
+    let row = target.select(0, node_index::<B>(&[node], &device));
+    let row = if removed.is_empty() {
+        row
+    } else {
+        let vocab = row.dims()[1];
+        let tokens: Vec<i64> = removed.iter().map(|&t| i64::from(t)).collect();
+        let tokens =
+            Tensor::<B, 2, Int>::from_data(TensorData::new(tokens, [removed.len(), 1]), &device);
+        let columns = Tensor::<B, 1, Int>::arange(0..vocab as i64, &device).reshape([1, vocab]);
+        let hit = columns.equal(tokens).any_dim(0);
+        residual(row.clone(), row.mask_fill(hit.bool_not(), 0.0))
+    };
+    Ok(Verdict {
+        accepted,
+        next_token: draw(row, uniforms)?,
+    })
+}

@@ -1,0 +1,395 @@
+//! The backend implementation agrees with the f64 reference on the same uniforms: same accepted
+//! path, same next token, same errors, and distributions within f32 rounding.
+//!
+//! Runs on flex always; on wgpu with `--features wgpu` (CI runs it through Mesa's software
+//! Vulkan); on cuda with `--features cuda` where a GPU is present.
+
+use burn::tensor::{Tensor, TensorData, backend::Backend};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use spec_core::error::{Source, SpecError};
+use spec_core::reference::{self, HostProposal};
+use spec_core::rng::SpecRng;
+use spec_core::sampling::{self, SamplingConfig};
+use spec_core::tree::{ROOT, TokenTree};
+use spec_core::verify::{Proposal, Verifier};
+
+fn configs() -> Vec<SamplingConfig> {
+    let t = SamplingConfig::with_temperature;
+    vec![
+        SamplingConfig::greedy(),
+        t(1.0),
+        t(0.7).top_p(0.9),
+        t(1.3).top_k(5),
+        t(1.0).top_k(3).top_p(0.8).min_p(0.05),
+        t(0.9).min_p(0.1),
+    ]
+}
+
+fn random_logits(rng: &mut ChaCha8Rng, rows: usize, vocab: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(rows * vocab);
+    for _ in 0..rows {
+        let keep = rng.random_range(0..vocab);
+        for j in 0..vocab {
+            let masked = j != keep && rng.random_bool(0.1);
+            out.push(if masked {
+                f32::NEG_INFINITY
+            } else {
+                rng.random_range(-3.0f32..3.0) * 2.0
+            });
+        }
+    }
+    out
+}
+
+fn tensor<B: Backend>(
+    values: &[f32],
+    rows: usize,
+    vocab: usize,
+    device: &B::Device,
+) -> Tensor<B, 2> {
+    Tensor::from_data(TensorData::new(values.to_vec(), [rows, vocab]), device)
+}
+
+fn rows_f64(values: &[f32], vocab: usize) -> Vec<Vec<f64>> {
+    values
+        .chunks(vocab)
+        .map(|r| r.iter().map(|&x| f64::from(x)).collect())
+        .collect()
+}
+
+fn read_rows<B: Backend>(t: Tensor<B, 2>) -> Vec<Vec<f64>> {
+    let vocab = t.dims()[1];
+    let flat: Vec<f64> = t.into_data().iter::<f64>().collect();
+    flat.chunks(vocab).map(<[f64]>::to_vec).collect()
+}
+
+/// Processing logits: the backend's distributions equal the reference's within f32 rounding.
+fn check_probabilities<B: Backend>(device: &B::Device) {
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    for vocab in [2, 7, 64, 1000] {
+        let logits = random_logits(&mut rng, 5, vocab);
+        for config in configs() {
+            let got = read_rows(
+                sampling::probabilities(tensor::<B>(&logits, 5, vocab, device), &config).unwrap(),
+            );
+            for (row, (got, logits)) in got.iter().zip(rows_f64(&logits, vocab)).enumerate() {
+                let want = reference::probabilities(&logits, &config, Source::Target, row).unwrap();
+                // NaN compares false, so a NaN anywhere fails this.
+                let within = got.iter().zip(&want).all(|(a, b)| (a - b).abs() < 2e-6);
+                assert!(
+                    within,
+                    "{config:?} vocab {vocab} row {row}: {got:?} vs {want:?}"
+                );
+            }
+        }
+    }
+}
+
+/// Random trees, settings and proposals: backend verdicts equal reference verdicts.
+fn check_verification<B: Backend>(device: &B::Device, cases: usize) {
+    let mut rng = ChaCha8Rng::seed_from_u64(2024);
+    let mut accepted_total = 0;
+    for case in 0..cases {
+        let vocab = *[2usize, 5, 16, 50, 300].get(case % 5).unwrap_or(&16);
+        let config = configs()[rng.random_range(0..configs().len())];
+        let sampled = rng.random_bool(0.6);
+        let nodes = rng.random_range(0..9usize);
+        let chain = rng.random_bool(0.4);
+
+        // Draft distributions for every potential parent, then a tree whose children come from
+        // them (sampled) or are arbitrary candidates (deterministic).
+        let draft_logits = random_logits(&mut rng, nodes + 1, vocab);
+        let q_tensor = sampling::probabilities(
+            tensor::<B>(&draft_logits, nodes + 1, vocab, device),
+            &config,
+        )
+        .unwrap();
+        let q = read_rows(q_tensor.clone());
+        let mut tree = TokenTree::new(rng.random_range(0..vocab as u32));
+        for n in 1..=nodes {
+            let parent = if chain { n - 1 } else { rng.random_range(0..n) };
+            let token = if sampled {
+                reference::inverse_cdf(&q[parent], rng.random::<f64>()) as u32
+            } else {
+                rng.random_range(0..vocab as u32)
+            };
+            tree.push(parent, token).unwrap();
+        }
+        let target_logits = random_logits(&mut rng, tree.len(), vocab);
+
+        let seed = rng.random::<u64>();
+        let verifier = Verifier::new(config).unwrap();
+        let (proposal, host_proposal) = if sampled {
+            (Proposal::Sampled(q_tensor), HostProposal::Sampled(q))
+        } else {
+            (Proposal::Deterministic, HostProposal::Deterministic)
+        };
+        let got = verifier.verify_tree(
+            &tree,
+            tensor::<B>(&target_logits, tree.len(), vocab, device),
+            proposal,
+            &mut SpecRng::new(seed),
+        );
+        let want = reference::verify_tree(
+            &config,
+            &tree,
+            &rows_f64(&target_logits, vocab),
+            &host_proposal,
+            &mut SpecRng::new(seed),
+        );
+        assert_eq!(
+            got, want,
+            "case {case}: {config:?}, sampled {sampled}, tree {tree:?}"
+        );
+        accepted_total += got.map_or(0, |v| v.accepted.len());
+    }
+    // The cases must exercise acceptance, not only rejection at the root.
+    assert!(
+        accepted_total > cases / 4,
+        "only {accepted_total} accepted drafts in {cases} cases"
+    );
+}
+
+/// Drafting from the target's own distribution: every draft is accepted.
+fn check_self_draft<B: Backend>(device: &B::Device) {
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let vocab = 40;
+    for config in configs() {
+        let verifier = Verifier::new(config).unwrap();
+        let mut spec_rng = SpecRng::new(9);
+        for _ in 0..20 {
+            let k = 4;
+            let logits = random_logits(&mut rng, k + 1, vocab);
+            let target = tensor::<B>(&logits, k + 1, vocab, device);
+            let q = sampling::probabilities(target.clone(), &config).unwrap();
+            // Draft token i is sampled from q_i, the target's distribution after drafts 0..i.
+            let drafted = sampling::sample_probabilities(
+                q.clone().narrow(0, 0, k),
+                &mut spec_rng,
+                Source::Draft,
+            )
+            .unwrap();
+            let verdict = verifier
+                .verify_chain(
+                    &drafted,
+                    target,
+                    Proposal::Sampled(q.narrow(0, 0, k)),
+                    &mut spec_rng,
+                )
+                .unwrap();
+            assert_eq!(verdict.accepted.len(), k, "{config:?}");
+        }
+    }
+}
+
+fn check_errors<B: Backend>(device: &B::Device) {
+    let vocab = 6;
+    let sampled = Verifier::new(SamplingConfig::with_temperature(1.0)).unwrap();
+    let greedy = Verifier::new(SamplingConfig::greedy()).unwrap();
+    let tree = TokenTree::chain(0, &[1, 2]);
+    let good = vec![0.5f32; 3 * vocab];
+    let mut rng = SpecRng::new(0);
+
+    for bad_value in [f32::NAN, f32::INFINITY] {
+        let mut logits = good.clone();
+        logits[vocab + 2] = bad_value; // row 1
+        for verifier in [&sampled, &greedy] {
+            // Deterministic proposal: row 0 accepts token 1 with p = 1/6 or rejects; either way
+            // row 1 is needed only if token 1 is accepted, so make row 0 certain.
+            let mut logits = logits.clone();
+            logits[..vocab].copy_from_slice(&[
+                f32::NEG_INFINITY,
+                0.0,
+                f32::NEG_INFINITY,
+                f32::NEG_INFINITY,
+                f32::NEG_INFINITY,
+                f32::NEG_INFINITY,
+            ]);
+            let err = verifier
+                .verify_tree(
+                    &tree,
+                    tensor::<B>(&logits, 3, vocab, device),
+                    Proposal::Deterministic,
+                    &mut rng,
+                )
+                .unwrap_err();
+            assert_eq!(
+                err,
+                SpecError::NonFiniteLogits {
+                    what: Source::Target,
+                    row: 1
+                },
+                "{bad_value}"
+            );
+        }
+    }
+    let all_masked = vec![f32::NEG_INFINITY; 3 * vocab];
+    let err = sampled.verify_tree(
+        &tree,
+        tensor::<B>(&all_masked, 3, vocab, device),
+        Proposal::Deterministic,
+        &mut rng,
+    );
+    assert!(
+        matches!(
+            err,
+            Err(SpecError::NonFiniteLogits {
+                what: Source::Target,
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+
+    // A drafted token the draft gave probability 0.
+    let mut q = vec![1.0f32 / 5.0; 2 * vocab];
+    q[1] = 0.0;
+    q[0] = 0.4;
+    let err = sampled.verify_tree(
+        &tree,
+        tensor::<B>(&good, 3, vocab, device),
+        Proposal::Sampled(tensor::<B>(&q, 2, vocab, device)),
+        &mut rng,
+    );
+    assert_eq!(err, Err(SpecError::ImpossibleDraft { node: 1, token: 1 }));
+
+    // A draft that produced NaN.
+    let q = vec![f32::NAN; 2 * vocab];
+    let err = sampled.verify_tree(
+        &tree,
+        tensor::<B>(&good, 3, vocab, device),
+        Proposal::Sampled(tensor::<B>(&q, 2, vocab, device)),
+        &mut rng,
+    );
+    assert_eq!(
+        err,
+        Err(SpecError::NonFiniteLogits {
+            what: Source::Draft,
+            row: 0
+        })
+    );
+
+    // Shapes and vocabulary.
+    let err = sampled.verify_tree(
+        &tree,
+        tensor::<B>(&good[..2 * vocab], 2, vocab, device),
+        Proposal::Deterministic,
+        &mut rng,
+    );
+    assert!(matches!(err, Err(SpecError::Shape(_))), "{err:?}");
+    let q = vec![0.25f32; 4];
+    let err = sampled.verify_tree(
+        &tree,
+        tensor::<B>(&good, 3, vocab, device),
+        Proposal::Sampled(tensor::<B>(&q, 1, 4, device)),
+        &mut rng,
+    );
+    assert!(matches!(err, Err(SpecError::Shape(_))), "{err:?}");
+    let far = TokenTree::chain(0, &[1, 99]);
+    let err = sampled.verify_tree(
+        &far,
+        tensor::<B>(&good, 3, vocab, device),
+        Proposal::Deterministic,
+        &mut rng,
+    );
+    assert_eq!(
+        err,
+        Err(SpecError::TokenOutOfVocabulary { token: 99, vocab })
+    );
+
+    // Plain sampling reports bad rows too.
+    let mut logits = good.clone();
+    logits[2 * vocab] = f32::NAN;
+    for config in [
+        SamplingConfig::greedy(),
+        SamplingConfig::with_temperature(0.8).top_p(0.9),
+    ] {
+        let err = sampling::sample_logits(
+            tensor::<B>(&logits, 3, vocab, device),
+            &config,
+            &mut rng,
+            Source::Draft,
+        );
+        assert_eq!(
+            err,
+            Err(SpecError::NonFiniteLogits {
+                what: Source::Draft,
+                row: 2
+            }),
+            "{config:?}"
+        );
+    }
+}
+
+/// A tree with no drafts still ends the step with one token from the root's distribution.
+fn check_empty_tree<B: Backend>(device: &B::Device) {
+    let logits = [0.0f32, 5.0, f32::NEG_INFINITY];
+    for config in configs() {
+        let verdict = Verifier::new(config)
+            .unwrap()
+            .verify_tree(
+                &TokenTree::new(0),
+                tensor::<B>(&logits, 1, 3, device),
+                Proposal::Deterministic,
+                &mut SpecRng::new(1),
+            )
+            .unwrap();
+        assert!(verdict.accepted.is_empty());
+        assert_ne!(verdict.next_token, 2, "a masked token was drawn");
+        assert_eq!(verdict.last_node(), ROOT);
+    }
+}
+
+macro_rules! backend_tests {
+    ($name:ident, $backend:ty, $device:expr, $cases:expr) => {
+        mod $name {
+            use super::*;
+            type B = $backend;
+
+            #[test]
+            fn probabilities_match_reference() {
+                check_probabilities::<B>(&$device);
+            }
+
+            #[test]
+            fn verification_matches_reference() {
+                check_verification::<B>(&$device, $cases);
+            }
+
+            #[test]
+            fn self_draft_accepts_everything() {
+                check_self_draft::<B>(&$device);
+            }
+
+            #[test]
+            fn bad_input_is_a_typed_error() {
+                check_errors::<B>(&$device);
+            }
+
+            #[test]
+            fn empty_tree_draws_one_token() {
+                check_empty_tree::<B>(&$device);
+            }
+        }
+    };
+}
+
+#[cfg(feature = "flex")]
+backend_tests!(flex, burn::backend::Flex, Default::default(), 600);
+
+#[cfg(feature = "wgpu")]
+backend_tests!(
+    wgpu,
+    burn::backend::Wgpu,
+    burn::backend::wgpu::WgpuDevice::default(),
+    150
+);
+
+#[cfg(feature = "cuda")]
+backend_tests!(
+    cuda,
+    burn::backend::Cuda,
+    burn::backend::cuda::CudaDevice::default(),
+    600
+);
