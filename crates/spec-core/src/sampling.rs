@@ -182,15 +182,13 @@ pub(crate) fn probabilities_unchecked<B: Backend>(
             let width = kept_sorted.dims()[1];
             let cumulative = kept_sorted.clone().cumsum(1);
             let total = cumulative.clone().narrow(1, width - 1, 1);
-            // Shortest prefix reaching p · total: one more than the entries still below it.
-            let count = cumulative
-                .lower(total.mul_scalar(p))
-                .int()
-                .sum_dim(1)
-                .add_scalar(1)
-                .clamp_max(width as i64);
-            let last = kept_sorted.gather(1, count.clone().sub_scalar(1));
-            let keep_p = keep_first(probs.clone(), last, count.float());
+            // A sorted entry is in the nucleus when the mass before it is still below p · total.
+            // (Formulated without a gather: burn 0.21's wgpu fusion mis-evaluates a gather whose
+            // index tensor has a second consumer; see docs/ARCHITECTURE.md.)
+            let inside = (cumulative - kept_sorted.clone()).lower(total.mul_scalar(p));
+            let count = inside.clone().float().sum_dim(1);
+            let last = kept_sorted.mask_fill(inside.bool_not(), 2.0).min_dim(1);
+            let keep_p = keep_first(probs.clone(), last, count);
             keep = Some(match keep {
                 Some(k) => k.bool_and(keep_p),
                 None => keep_p,

@@ -6,6 +6,8 @@
 //! The walk under test is `spec_core::reference::walk` itself, driven by a chooser that replays
 //! every branch; the backend implementation is held to that walk in `tests/backend.rs`.
 
+#![allow(clippy::unwrap_used)] // test helpers: a failure should panic with its message
+
 use proptest::prelude::*;
 use spec_core::error::Source;
 use spec_core::reference::{self, Chooser, HostProposal};

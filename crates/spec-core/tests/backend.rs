@@ -4,6 +4,8 @@
 //! Runs on flex always; on wgpu with `--features wgpu` (CI runs it through Mesa's software
 //! Vulkan); on cuda with `--features cuda` where a GPU is present.
 
+#![allow(clippy::unwrap_used)] // test helpers: a failure should panic with its message
+
 use burn::tensor::{Tensor, TensorData, backend::Backend};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

@@ -6,6 +6,8 @@
 //! (Jensen), and TV moves by at most 1/n per run, so P(TV ≥ E[TV] + ε) ≤ exp(−2nε²)
 //! (McDiarmid). With δ = 0.001: bound = ½ Σ √(p_i (1 − p_i) / n) + √(ln(1/δ) / (2n)).
 
+#![allow(clippy::unwrap_used)] // test helpers: a failure should panic with its message
+
 use std::collections::HashMap;
 
 use burn::tensor::{Tensor, TensorData};
