@@ -1,8 +1,12 @@
 //! Project automation, run as `cargo xtask <command>` (see `.cargo/config.toml`).
 //!
-//! - `test`: everything the test suite needs on a fresh Debian machine, then every test: the
-//!   workspace on flex, and the backend agreement tests on wgpu through Mesa's software Vulkan
-//!   (compiled together with the cuda feature, so CI proves cuda compiles too).
+//! - `test`: everything the test suite needs on a fresh Debian machine (the reference models, the
+//!   Python packages of the reference checks, Mesa's software Vulkan), then every test: the
+//!   workspace on flex, and the backend agreement tests on wgpu (compiled together with the cuda
+//!   feature, so CI proves cuda compiles too).
+//! - `fetch-models`: download the reference models into the cache, verify or list them.
+
+mod fetch;
 
 use std::path::Path;
 use std::process::Command;
@@ -24,33 +28,70 @@ enum Cmd {
         /// Skip the wgpu tests (they are slow on a CPU through software Vulkan).
         #[arg(long)]
         no_wgpu: bool,
+        /// Skip fetching the reference models and installing the Python references; the
+        /// tests that need them then skip themselves.
+        #[arg(long)]
+        no_models: bool,
     },
+    /// Download the reference models into the cache, or check or list them.
+    FetchModels(fetch::FetchArgs),
 }
 
 fn main() -> Result<()> {
     match Cli::parse().command {
-        Cmd::Test { no_wgpu } => test(no_wgpu),
+        Cmd::Test { no_wgpu, no_models } => test(no_wgpu, no_models),
+        Cmd::FetchModels(args) => fetch::run(args),
     }
 }
 
-fn test(no_wgpu: bool) -> Result<()> {
-    cargo(&["test", "--workspace"])?;
+fn test(no_wgpu: bool, no_models: bool) -> Result<()> {
+    let mut env: Vec<(&str, &str)> = Vec::new();
+    if !no_models {
+        // The reference models and the Python references some tests compare against.
+        let xtask = std::env::current_exe().context("locating the xtask binary")?;
+        run(Command::new(xtask).arg("fetch-models"))?;
+        ensure_python_packages()?;
+        env.push(("SPEC_REQUIRE_MODELS", "1"));
+    }
+    cargo_env(&["test", "--workspace"], &env)?;
     if !no_wgpu {
         ensure_software_vulkan()?;
         // `wgpu,cuda` together: the cuda tests are compiled (proving the feature builds without
-        // a toolkit) but filtered out, since they need a GPU.
-        cargo(&[
-            "test",
-            "-p",
-            "spec-core",
-            "--features",
-            "wgpu,cuda",
-            "--test",
-            "backend",
-            "wgpu::",
-        ])?;
+        // a toolkit) but filtered out, since they need a GPU. Both packages enable burn with the
+        // same features, so the second build reuses the first.
+        for (package, test) in [("spec-core", "backend"), ("spec-runtime", "equivalence")] {
+            cargo_env(
+                &[
+                    "test",
+                    "-p",
+                    package,
+                    "--features",
+                    "wgpu,cuda",
+                    "--test",
+                    test,
+                    "wgpu::",
+                ],
+                &env,
+            )?;
+        }
     }
     Ok(())
+}
+
+/// The Python packages of the reference checks (GGUF dequantization, tokenizer, forward pass).
+fn ensure_python_packages() -> Result<()> {
+    let requirements = Path::new(env!("CARGO_MANIFEST_DIR")).join("python-requirements.txt");
+    run(Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "-r",
+        ])
+        .arg(&requirements))
+    .context("could not install the Python reference packages; install them, or pass --no-models")
 }
 
 /// Mesa's lavapipe gives wgpu a Vulkan device on a CPU-only machine.
@@ -83,9 +124,9 @@ fn ensure_software_vulkan() -> Result<()> {
     .context("could not install mesa-vulkan-drivers; install it, or pass --no-wgpu")
 }
 
-fn cargo(args: &[&str]) -> Result<()> {
+fn cargo_env(args: &[&str], env: &[(&str, &str)]) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    run(Command::new(cargo).args(args))
+    run(Command::new(cargo).args(args).envs(env.iter().copied()))
 }
 
 fn run(command: &mut Command) -> Result<()> {

@@ -1,0 +1,190 @@
+//! `spec`: generate text from a model with plain decoding (speculative methods plug in as they
+//! land).
+//!
+//! ```text
+//! spec generate --model smollm2-135m --prompt "Write a haiku" --chat --max-new-tokens 64
+//! ```
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use burn::tensor::backend::Backend;
+use clap::{Parser, Subcommand, ValueEnum};
+use serde::Serialize;
+use spec_core::sampling::SamplingConfig;
+use spec_runtime::{GenerateOptions, GenerationStats, generate_plain, load::load_model};
+use spec_tokenizer::{Message, TextTokenizer};
+
+#[derive(Parser)]
+#[command(name = "spec", about = "Speculative decoding on burn", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate a continuation of a prompt, streaming it to stdout.
+    Generate(GenerateArgs),
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum BackendName {
+    Flex,
+    Wgpu,
+    Cuda,
+}
+
+#[derive(clap::Args)]
+struct GenerateArgs {
+    /// A GGUF file, a Hugging Face directory, or a reference model name (smollm2-135m,
+    /// qwen2.5-coder-0.5b, qwen2.5-coder-1.5b).
+    #[arg(long)]
+    model: String,
+    /// The prompt text.
+    #[arg(long, conflicts_with = "prompt_file")]
+    prompt: Option<String>,
+    /// Read the prompt from this file.
+    #[arg(long)]
+    prompt_file: Option<PathBuf>,
+    /// Wrap the prompt in the model's chat template as one user turn.
+    #[arg(long)]
+    chat: bool,
+    #[arg(long, default_value_t = 128)]
+    max_new_tokens: usize,
+    /// 0 means greedy.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f64,
+    #[arg(long)]
+    top_k: Option<usize>,
+    #[arg(long)]
+    top_p: Option<f64>,
+    #[arg(long)]
+    min_p: Option<f64>,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    #[arg(long, value_enum, default_value = "flex")]
+    backend: BackendName,
+    /// Print one JSON object instead of streaming text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct JsonOutput {
+    model: String,
+    method: &'static str,
+    prompt_tokens: Vec<u32>,
+    tokens: Vec<u32>,
+    text: String,
+    stats: GenerationStats,
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().command {
+        Command::Generate(args) => match args.backend {
+            #[cfg(feature = "flex")]
+            BackendName::Flex => generate::<burn::backend::Flex>(&args, &Default::default()),
+            #[cfg(feature = "wgpu")]
+            BackendName::Wgpu => generate::<burn::backend::Wgpu>(&args, &Default::default()),
+            #[cfg(feature = "cuda")]
+            BackendName::Cuda => generate::<burn::backend::Cuda>(&args, &Default::default()),
+            #[allow(unreachable_patterns)]
+            other => bail!(
+                "this `spec` was built without the {other:?} backend; rebuild with `--features {}`",
+                format!("{other:?}").to_lowercase()
+            ),
+        },
+    }
+}
+
+fn generate<B: Backend>(args: &GenerateArgs, device: &B::Device) -> Result<()> {
+    let sampling = SamplingConfig {
+        temperature: args.temperature,
+        top_k: args.top_k,
+        top_p: args.top_p,
+        min_p: args.min_p,
+        seed: args.seed,
+    };
+    sampling.validate().context("invalid sampling settings")?;
+    let prompt_text = match (&args.prompt, &args.prompt_file) {
+        (Some(p), None) => p.clone(),
+        (None, Some(f)) => std::fs::read_to_string(f)
+            .with_context(|| format!("reading the prompt file {}", f.display()))?,
+        _ => bail!("give the prompt with --prompt TEXT or --prompt-file FILE"),
+    };
+    let path = spec_models::resolve(&args.model)?;
+    let tokenizer = load_tokenizer(&path)?;
+    let text = if args.chat {
+        tokenizer.apply_chat_template(&[Message::user(prompt_text)], true)?
+    } else {
+        prompt_text
+    };
+    let prompt = tokenizer.encode(&text, true)?;
+    let loaded =
+        load_model::<B>(&path, device).with_context(|| format!("loading {}", path.display()))?;
+    if loaded.config.vocab_size < tokenizer.vocab_size() {
+        bail!(
+            "the tokenizer has {} tokens but the model only {}",
+            tokenizer.vocab_size(),
+            loaded.config.vocab_size
+        );
+    }
+
+    let mut options = GenerateOptions::new(args.max_new_tokens, sampling);
+    options.stop_tokens = tokenizer.eos_ids().to_vec();
+    let mut stream = tokenizer.stream_skip_special();
+    let mut stdout = std::io::stdout().lock();
+    let mut write_error = None;
+    let mut on_token = |token: u32| {
+        if args.json || write_error.is_some() {
+            return;
+        }
+        let piece = match stream.push(token) {
+            Ok(p) => p,
+            Err(e) => {
+                write_error = Some(anyhow::Error::from(e));
+                return;
+            }
+        };
+        if let Err(e) = stdout
+            .write_all(piece.as_bytes())
+            .and_then(|()| stdout.flush())
+        {
+            write_error = Some(e.into());
+        }
+    };
+    let generation = generate_plain(&loaded.model, &prompt, &options, &mut on_token)?;
+    if let Some(e) = write_error {
+        return Err(e);
+    }
+    if args.json {
+        let output = JsonOutput {
+            model: path.display().to_string(),
+            method: "plain",
+            text: tokenizer.decode_skip_special(&generation.tokens)?,
+            prompt_tokens: prompt,
+            tokens: generation.tokens,
+            stats: generation.stats,
+        };
+        println!("{}", serde_json::to_string(&output)?);
+    } else {
+        let rest = stream.finish();
+        writeln!(stdout, "{rest}")?;
+    }
+    Ok(())
+}
+
+/// The tokenizer stored with a checkpoint: in the GGUF file, or `tokenizer.json` beside a
+/// Hugging Face checkpoint.
+fn load_tokenizer(path: &Path) -> Result<TextTokenizer> {
+    if path.is_dir() {
+        let json = path.join("tokenizer.json");
+        Ok(TextTokenizer::from_tokenizer_json(&json)
+            .with_context(|| format!("loading {}", json.display()))?)
+    } else {
+        Ok(TextTokenizer::from_gguf_path(path)
+            .with_context(|| format!("loading the tokenizer of {}", path.display()))?)
+    }
+}

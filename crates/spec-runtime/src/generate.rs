@@ -1,0 +1,139 @@
+//! Plain autoregressive decoding: the baseline every speculative method is measured against and
+//! must reproduce.
+
+use std::time::Instant;
+
+use burn::tensor::backend::Backend;
+use serde::Serialize;
+use spec_core::error::Source;
+use spec_core::sampling::{SamplingConfig, sample_logits};
+
+use crate::error::{Result, RuntimeError};
+use crate::model::{ForwardRequest, Transformer};
+
+/// What to generate.
+#[derive(Debug, Clone)]
+pub struct GenerateOptions {
+    pub max_new_tokens: usize,
+    pub sampling: SamplingConfig,
+    /// Generation ends after producing one of these (it is kept in the output).
+    pub stop_tokens: Vec<u32>,
+    /// Positions the cache holds; by default the model's context.
+    pub cache_capacity: Option<usize>,
+}
+
+impl GenerateOptions {
+    pub fn new(max_new_tokens: usize, sampling: SamplingConfig) -> Self {
+        Self {
+            max_new_tokens,
+            sampling,
+            stop_tokens: Vec::new(),
+            cache_capacity: None,
+        }
+    }
+}
+
+/// Why generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    MaxNewTokens,
+    StopToken,
+    ContextFull,
+}
+
+/// Counters of one generation.
+#[derive(Debug, Clone, Serialize)]
+pub struct GenerationStats {
+    pub prompt_tokens: usize,
+    pub new_tokens: usize,
+    pub target_forwards: usize,
+    /// Time to process the prompt and produce the first token.
+    pub prompt_seconds: f64,
+    pub wall_seconds: f64,
+    /// New tokens per second of wall time, prompt included.
+    pub tokens_per_second: f64,
+    /// New tokens after the first per second after the first (decode speed).
+    pub decode_tokens_per_second: f64,
+    pub stop_reason: StopReason,
+}
+
+/// The output of one generation.
+#[derive(Debug, Clone, Serialize)]
+pub struct Generation {
+    pub tokens: Vec<u32>,
+    pub stats: GenerationStats,
+}
+
+/// Decodes up to `options.max_new_tokens` tokens after `prompt`, one target forward per token.
+/// `on_token` sees each token as soon as it is produced (for streaming).
+pub fn generate_plain<B: Backend>(
+    model: &Transformer<B>,
+    prompt: &[u32],
+    options: &GenerateOptions,
+    on_token: &mut dyn FnMut(u32),
+) -> Result<Generation> {
+    options.sampling.validate()?;
+    if prompt.is_empty() {
+        return Err(RuntimeError::InvalidRequest("the prompt is empty".into()));
+    }
+    let capacity = options
+        .cache_capacity
+        .unwrap_or(model.max_positions())
+        .min(model.max_positions());
+    if prompt.len() >= capacity {
+        return Err(RuntimeError::ContextOverflow {
+            needed: prompt.len() + 1,
+            capacity,
+        });
+    }
+    let start = Instant::now();
+    let mut cache = model.new_cache(capacity);
+    let mut rng = options.sampling.rng();
+    let mut tokens = Vec::with_capacity(options.max_new_tokens);
+    let mut forwards = 0;
+    let mut prompt_seconds = 0.0;
+    let mut next_input: Vec<u32> = prompt.to_vec();
+    let mut stop_reason = StopReason::MaxNewTokens;
+    while tokens.len() < options.max_new_tokens {
+        if cache.len() + next_input.len() > capacity {
+            stop_reason = StopReason::ContextFull;
+            break;
+        }
+        let out = model.forward(ForwardRequest::tokens(&next_input), &mut cache)?;
+        forwards += 1;
+        let logits = out
+            .logits
+            .ok_or_else(|| RuntimeError::InvalidRequest("no logits returned".into()))?;
+        let token = sample_logits(logits, &options.sampling, &mut rng, Source::Target)?[0];
+        if tokens.is_empty() {
+            prompt_seconds = start.elapsed().as_secs_f64();
+        }
+        tokens.push(token);
+        on_token(token);
+        if options.stop_tokens.contains(&token) {
+            stop_reason = StopReason::StopToken;
+            break;
+        }
+        next_input = vec![token];
+    }
+    let wall_seconds = start.elapsed().as_secs_f64();
+    let decode_seconds = wall_seconds - prompt_seconds;
+    Ok(Generation {
+        stats: GenerationStats {
+            prompt_tokens: prompt.len(),
+            new_tokens: tokens.len(),
+            target_forwards: forwards,
+            prompt_seconds,
+            wall_seconds,
+            tokens_per_second: tokens.len() as f64 / wall_seconds.max(1e-9),
+            decode_tokens_per_second: if tokens.len() > 1 {
+                (tokens.len() - 1) as f64 / decode_seconds.max(1e-9)
+            } else {
+                0.0
+            },
+            stop_reason,
+        },
+        tokens,
+    })
+}

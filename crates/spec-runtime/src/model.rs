@@ -1,0 +1,614 @@
+//! The decoder: Llama and Qwen2 share one implementation (RMSNorm, rotary embeddings,
+//! grouped-query attention, SwiGLU); they differ in the q/k/v biases, which the config states.
+//!
+//! Activations are `[tokens, features]` for a single sequence; heads are split only inside
+//! attention. One entry point, [`Transformer::forward`], serves a prompt, a decode step, a chain
+//! of drafts and a token tree, and can run a range of layers only (early exit).
+
+use std::ops::Range;
+
+use burn::module::{Module, Param};
+use burn::tensor::{Int, Tensor, TensorData, activation, backend::Backend};
+
+use crate::cache::KvCache;
+use crate::config::ModelConfig;
+use crate::error::{Result, RuntimeError};
+use crate::weights::{HostTensor, WeightSource};
+
+/// A dense projection `y = x Wᵀ + b` with `W` stored `[out, in]`.
+#[derive(Module, Debug)]
+pub struct Linear<B: Backend> {
+    /// `[out_features, in_features]`.
+    pub weight: Param<Tensor<B, 2>>,
+    /// `[out_features]`.
+    pub bias: Option<Param<Tensor<B, 1>>>,
+}
+
+impl<B: Backend> Linear<B> {
+    /// `[n, in] -> [n, out]`.
+    pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        let y = x.matmul(self.weight.val().transpose());
+        match &self.bias {
+            Some(b) => y + b.val().unsqueeze::<2>(),
+            None => y,
+        }
+    }
+}
+
+/// Root-mean-square normalization with a learned scale.
+#[derive(Module, Debug)]
+pub struct RmsNorm<B: Backend> {
+    /// `[features]`.
+    pub weight: Param<Tensor<B, 1>>,
+    pub eps: f64,
+}
+
+impl<B: Backend> RmsNorm<B> {
+    /// `[n, features] -> [n, features]`.
+    pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        let mean_square = (x.clone() * x.clone()).mean_dim(1);
+        let inv = mean_square.add_scalar(self.eps).sqrt().recip();
+        x * inv * self.weight.val().unsqueeze::<2>()
+    }
+}
+
+/// Multi-head attention with grouped key/value heads.
+#[derive(Module, Debug)]
+pub struct Attention<B: Backend> {
+    pub q_proj: Linear<B>,
+    pub k_proj: Linear<B>,
+    pub v_proj: Linear<B>,
+    pub o_proj: Linear<B>,
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+}
+
+/// What the new tokens of one forward pass are computed against.
+#[derive(Debug)]
+pub(crate) struct AttentionContext<B: Backend> {
+    /// `[n, head_dim / 2]` rotary angles of the new tokens' positions.
+    cos: Tensor<B, 2>,
+    sin: Tensor<B, 2>,
+    /// `[n, cached + n]`: 0 where a new token may attend, -inf elsewhere.
+    bias: Tensor<B, 2>,
+}
+
+impl<B: Backend> Attention<B> {
+    /// `[n, hidden] -> [n, hidden]`; appends the new keys and values to `cache` at `layer`.
+    fn forward(
+        &self,
+        x: Tensor<B, 2>,
+        context: &AttentionContext<B>,
+        cache: &mut KvCache<B>,
+        layer: usize,
+    ) -> Result<Tensor<B, 2>> {
+        let [n, _] = x.dims();
+        let (h, kv, d) = (self.num_heads, self.num_kv_heads, self.head_dim);
+        let group = h / kv;
+        let split = |t: Tensor<B, 2>, heads: usize| t.reshape([n, heads, d]).swap_dims(0, 1);
+        let q = rotate(split(self.q_proj.forward(x.clone()), h), context);
+        let k = rotate(split(self.k_proj.forward(x.clone()), kv), context);
+        let v = split(self.v_proj.forward(x), kv);
+        let (keys, values) = cache.append(layer, k, v)?;
+        let total = keys.dims()[1];
+
+        // Query heads sharing a key/value head are stacked: [kv, group · n, d].
+        let q = q.reshape([kv, group * n, d]);
+        let scores = q
+            .matmul(keys.swap_dims(1, 2))
+            .mul_scalar(1.0 / (d as f64).sqrt());
+        let bias = context
+            .bias
+            .clone()
+            .unsqueeze::<3>()
+            .expand([group, n, total])
+            .reshape([1, group * n, total]);
+        let weights = activation::softmax(scores + bias, 2);
+        let out = weights
+            .matmul(values)
+            .reshape([h, n, d])
+            .swap_dims(0, 1)
+            .reshape([n, h * d]);
+        Ok(self.o_proj.forward(out))
+    }
+}
+
+/// Rotary embedding in the half-split layout: dimension `i` pairs with `i + d/2`.
+/// `x` is `[heads, n, d]`.
+fn rotate<B: Backend>(x: Tensor<B, 3>, context: &AttentionContext<B>) -> Tensor<B, 3> {
+    let [_, _, d] = x.dims();
+    let half = d / 2;
+    let x1 = x.clone().narrow(2, 0, half);
+    let x2 = x.narrow(2, half, half);
+    let cos = context.cos.clone().unsqueeze::<3>();
+    let sin = context.sin.clone().unsqueeze::<3>();
+    let r1 = x1.clone() * cos.clone() - x2.clone() * sin.clone();
+    let r2 = x2 * cos + x1 * sin;
+    Tensor::cat(vec![r1, r2], 2)
+}
+
+/// The SwiGLU feed-forward block.
+#[derive(Module, Debug)]
+pub struct Mlp<B: Backend> {
+    pub gate_proj: Linear<B>,
+    pub up_proj: Linear<B>,
+    pub down_proj: Linear<B>,
+}
+
+impl<B: Backend> Mlp<B> {
+    /// `[n, hidden] -> [n, hidden]`.
+    pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        let gate = activation::silu(self.gate_proj.forward(x.clone()));
+        self.down_proj.forward(gate * self.up_proj.forward(x))
+    }
+}
+
+/// One pre-norm transformer block.
+#[derive(Module, Debug)]
+pub struct Block<B: Backend> {
+    pub input_norm: RmsNorm<B>,
+    pub attention: Attention<B>,
+    pub post_attention_norm: RmsNorm<B>,
+    pub mlp: Mlp<B>,
+}
+
+impl<B: Backend> Block<B> {
+    fn forward(
+        &self,
+        x: Tensor<B, 2>,
+        context: &AttentionContext<B>,
+        cache: &mut KvCache<B>,
+        layer: usize,
+    ) -> Result<Tensor<B, 2>> {
+        let attended =
+            self.attention
+                .forward(self.input_norm.forward(x.clone()), context, cache, layer)?;
+        let x = x + attended;
+        Ok(x.clone() + self.mlp.forward(self.post_attention_norm.forward(x)))
+    }
+}
+
+/// Where a forward pass starts.
+#[derive(Debug)]
+pub enum Input<'a, B: Backend> {
+    /// Token ids, embedded first.
+    Tokens(&'a [u32]),
+    /// The residual stream `[n, hidden]` at the start of the first layer run, e.g. where an
+    /// early-exit draft stopped.
+    Hidden(Tensor<B, 2>),
+}
+
+/// How the new tokens attend to each other (every new token attends to the whole cache).
+#[derive(Debug, Clone, Copy)]
+pub enum NewTokens<'a> {
+    /// Token `i` attends to new tokens `0..=i`: a prompt, a decode step, a chain.
+    Causal,
+    /// Token `i` attends to new token `j` where `mask[i · n + j]` (an ancestor mask of a token
+    /// tree, from `spec_core::tree::TokenTree::ancestor_mask`; the diagonal must be set).
+    Mask(&'a [bool]),
+}
+
+/// Which rows of the output get logits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogitRows {
+    None,
+    Last,
+    All,
+    /// These rows, in this order.
+    Rows(Vec<usize>),
+}
+
+/// One forward pass over new tokens.
+#[derive(Debug)]
+pub struct ForwardRequest<'a, B: Backend> {
+    pub input: Input<'a, B>,
+    /// The new tokens' positions; by default they continue the cache (`len, len + 1, …`).
+    pub positions: Option<&'a [usize]>,
+    pub attention: NewTokens<'a>,
+    /// The layers to run; by default all of them.
+    pub layers: Option<Range<usize>>,
+    pub logits: LogitRows,
+    /// The residual stream after this many layers (0 = embeddings) is returned for each entry;
+    /// every entry must lie in the range run (or equal its end).
+    pub hidden_after: Vec<usize>,
+}
+
+impl<'a, B: Backend> ForwardRequest<'a, B> {
+    /// A causal pass over `tokens` through every layer, with logits of the last one.
+    pub fn tokens(tokens: &'a [u32]) -> Self {
+        Self {
+            input: Input::Tokens(tokens),
+            positions: None,
+            attention: NewTokens::Causal,
+            layers: None,
+            logits: LogitRows::Last,
+            hidden_after: Vec::new(),
+        }
+    }
+
+    pub fn logits(mut self, rows: LogitRows) -> Self {
+        self.logits = rows;
+        self
+    }
+
+    pub fn positions(mut self, positions: &'a [usize]) -> Self {
+        self.positions = Some(positions);
+        self
+    }
+
+    pub fn mask(mut self, mask: &'a [bool]) -> Self {
+        self.attention = NewTokens::Mask(mask);
+        self
+    }
+
+    pub fn layers(mut self, layers: Range<usize>) -> Self {
+        self.layers = Some(layers);
+        self
+    }
+
+    pub fn hidden_after(mut self, layers: Vec<usize>) -> Self {
+        self.hidden_after = layers;
+        self
+    }
+}
+
+/// What a forward pass returns.
+#[derive(Debug)]
+pub struct ForwardOutput<B: Backend> {
+    /// `[rows, vocab]` for the rows asked for, `None` when none were.
+    pub logits: Option<Tensor<B, 2>>,
+    /// `[n, hidden]` per entry of `hidden_after`, in that order.
+    pub hidden: Vec<Tensor<B, 2>>,
+    /// `[n, hidden]`: the residual stream after the last layer run (before the final norm).
+    pub last_hidden: Tensor<B, 2>,
+}
+
+/// A decoder-only transformer (Llama or Qwen2).
+#[derive(Module, Debug)]
+pub struct Transformer<B: Backend> {
+    /// `[vocab, hidden]`.
+    pub embedding: Param<Tensor<B, 2>>,
+    pub blocks: Vec<Block<B>>,
+    pub norm: RmsNorm<B>,
+    /// `None` when the head is tied to the embedding.
+    pub lm_head: Option<Linear<B>>,
+    /// Rotary tables `[max_positions, head_dim / 2]`; constants, not trained.
+    pub rope_cos: Tensor<B, 2>,
+    pub rope_sin: Tensor<B, 2>,
+    pub vocab_size: usize,
+}
+
+impl<B: Backend> Transformer<B> {
+    /// Builds the model from `source`, checking every tensor's shape against `config`.
+    pub fn load(
+        config: &ModelConfig,
+        source: &mut dyn WeightSource,
+        device: &B::Device,
+    ) -> Result<Self> {
+        config.validate()?;
+        let (hd, h, kv, ff) = (
+            config.hidden_size,
+            config.num_heads * config.head_dim,
+            config.num_kv_heads * config.head_dim,
+            config.intermediate_size,
+        );
+        let mut get = |name: &str, shape: &[usize]| -> Result<HostTensor> {
+            let t = source.take(name)?;
+            if t.shape != shape {
+                return Err(RuntimeError::ShapeMismatch {
+                    name: name.into(),
+                    expected: shape.to_vec(),
+                    found: t.shape,
+                });
+            }
+            Ok(t)
+        };
+        let param2 = |t: HostTensor| Param::from_tensor(t.into_tensor::<B, 2>(device));
+        let param1 = |t: HostTensor| Param::from_tensor(t.into_tensor::<B, 1>(device));
+
+        let embedding = param2(get("model.embed_tokens.weight", &[config.vocab_size, hd])?);
+        let mut blocks = Vec::with_capacity(config.num_layers);
+        for i in 0..config.num_layers {
+            let p = format!("model.layers.{i}");
+            let mut linear =
+                |name: &str, out: usize, inp: usize, bias: bool| -> Result<Linear<B>> {
+                    let weight = param2(get(&format!("{p}.{name}.weight"), &[out, inp])?);
+                    let bias = if bias {
+                        Some(param1(get(&format!("{p}.{name}.bias"), &[out])?))
+                    } else {
+                        None
+                    };
+                    Ok(Linear { weight, bias })
+                };
+            let attention = Attention {
+                q_proj: linear("self_attn.q_proj", h, hd, config.qkv_bias)?,
+                k_proj: linear("self_attn.k_proj", kv, hd, config.qkv_bias)?,
+                v_proj: linear("self_attn.v_proj", kv, hd, config.qkv_bias)?,
+                o_proj: linear("self_attn.o_proj", hd, h, false)?,
+                num_heads: config.num_heads,
+                num_kv_heads: config.num_kv_heads,
+                head_dim: config.head_dim,
+            };
+            let mlp = Mlp {
+                gate_proj: linear("mlp.gate_proj", ff, hd, false)?,
+                up_proj: linear("mlp.up_proj", ff, hd, false)?,
+                down_proj: linear("mlp.down_proj", hd, ff, false)?,
+            };
+            let norm = |t| RmsNorm {
+                weight: param1(t),
+                eps: config.rms_norm_eps,
+            };
+            blocks.push(Block {
+                input_norm: norm(get(&format!("{p}.input_layernorm.weight"), &[hd])?),
+                attention,
+                post_attention_norm: norm(get(
+                    &format!("{p}.post_attention_layernorm.weight"),
+                    &[hd],
+                )?),
+                mlp,
+            });
+        }
+        let norm = RmsNorm {
+            weight: param1(get("model.norm.weight", &[hd])?),
+            eps: config.rms_norm_eps,
+        };
+        let lm_head = if config.tie_word_embeddings {
+            None
+        } else {
+            Some(Linear {
+                weight: param2(get("lm_head.weight", &[config.vocab_size, hd])?),
+                bias: None,
+            })
+        };
+        let (rope_cos, rope_sin) = rope_tables(config, device);
+        Ok(Self {
+            embedding,
+            blocks,
+            norm,
+            lm_head,
+            rope_cos,
+            rope_sin,
+            vocab_size: config.vocab_size,
+        })
+    }
+
+    pub fn num_layers(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// Positions the rotary tables cover.
+    pub fn max_positions(&self) -> usize {
+        self.rope_cos.dims()[0]
+    }
+
+    /// An empty cache for this model holding `capacity` positions (capped at the model's
+    /// context).
+    pub fn new_cache(&self, capacity: usize) -> KvCache<B> {
+        let attention = self.blocks.first().map(|b| &b.attention);
+        let (kv, d) = attention.map_or((1, 2), |a| (a.num_kv_heads, a.head_dim));
+        KvCache::new(
+            self.blocks.len(),
+            kv,
+            d,
+            capacity.min(self.max_positions()),
+            &self.rope_cos.device(),
+        )
+    }
+
+    pub fn device(&self) -> B::Device {
+        self.rope_cos.device()
+    }
+
+    /// Runs `request` and appends its keys and values to `cache` in the layers it runs.
+    ///
+    /// Shapes: `n` new tokens (or `[n, hidden]` input) in; logits `[rows, vocab]` and hidden
+    /// states `[n, hidden]` out. Errors leave the cache as it was for the layers not yet run;
+    /// callers truncate to their own length after an error.
+    pub fn forward(
+        &self,
+        request: ForwardRequest<'_, B>,
+        cache: &mut KvCache<B>,
+    ) -> Result<ForwardOutput<B>> {
+        let device = self.device();
+        let layers = request.layers.clone().unwrap_or(0..self.blocks.len());
+        if layers.start >= layers.end || layers.end > self.blocks.len() {
+            return Err(RuntimeError::InvalidRequest(format!(
+                "layer range {layers:?} of a {}-layer model",
+                self.blocks.len()
+            )));
+        }
+        if cache.num_layers() != self.blocks.len() {
+            return Err(RuntimeError::InvalidRequest(format!(
+                "a cache of {} layers for a {}-layer model",
+                cache.num_layers(),
+                self.blocks.len()
+            )));
+        }
+        if let Some(&bad) = request
+            .hidden_after
+            .iter()
+            .find(|&&l| l < layers.start || l > layers.end)
+        {
+            return Err(RuntimeError::InvalidRequest(format!(
+                "hidden state after {bad} layers is outside the range run, {layers:?}"
+            )));
+        }
+        let cached = cache.layer_len(layers.start);
+        if layers.clone().any(|l| cache.layer_len(l) != cached) {
+            return Err(RuntimeError::InvalidRequest(
+                "the layers run hold different numbers of cached positions".into(),
+            ));
+        }
+
+        let x = match request.input {
+            Input::Tokens(tokens) => {
+                if layers.start != 0 {
+                    return Err(RuntimeError::InvalidRequest(
+                        "token input must start at layer 0".into(),
+                    ));
+                }
+                if let Some(&token) = tokens.iter().find(|&&t| t as usize >= self.vocab_size) {
+                    return Err(RuntimeError::TokenOutOfVocabulary {
+                        token,
+                        vocab: self.vocab_size,
+                    });
+                }
+                let ids: Vec<i64> = tokens.iter().map(|&t| i64::from(t)).collect();
+                let n = ids.len();
+                let ids = Tensor::<B, 1, Int>::from_data(TensorData::new(ids, [n]), &device);
+                self.embedding.val().select(0, ids)
+            }
+            Input::Hidden(h) => h,
+        };
+        let n = x.dims()[0];
+        if n == 0 {
+            return Err(RuntimeError::InvalidRequest("no new tokens".into()));
+        }
+        if cached + n > cache.capacity() {
+            return Err(RuntimeError::ContextOverflow {
+                needed: cached + n,
+                capacity: cache.capacity(),
+            });
+        }
+        let positions: Vec<usize> = match request.positions {
+            Some(p) if p.len() != n => {
+                return Err(RuntimeError::InvalidRequest(format!(
+                    "{} positions for {n} tokens",
+                    p.len()
+                )));
+            }
+            Some(p) => p.to_vec(),
+            None => (cached..cached + n).collect(),
+        };
+        if let Some(&p) = positions.iter().find(|&&p| p >= self.max_positions()) {
+            return Err(RuntimeError::ContextOverflow {
+                needed: p + 1,
+                capacity: self.max_positions(),
+            });
+        }
+        let context = self.attention_context(&positions, cached, request.attention)?;
+
+        let mut hidden = Vec::new();
+        let mut x = x;
+        for l in layers.clone() {
+            if request.hidden_after.contains(&l) {
+                hidden.push((l, x.clone()));
+            }
+            x = self.blocks[l].forward(x, &context, cache, l)?;
+        }
+        if request.hidden_after.contains(&layers.end) {
+            hidden.push((layers.end, x.clone()));
+        }
+        let hidden = request
+            .hidden_after
+            .iter()
+            .filter_map(|l| hidden.iter().find(|(k, _)| k == l).map(|(_, t)| t.clone()))
+            .collect();
+
+        let logits = match &request.logits {
+            LogitRows::None => None,
+            LogitRows::All => Some(self.logits(x.clone())),
+            LogitRows::Last => Some(self.logits(x.clone().narrow(0, n - 1, 1))),
+            LogitRows::Rows(rows) => {
+                if let Some(&r) = rows.iter().find(|&&r| r >= n) {
+                    return Err(RuntimeError::InvalidRequest(format!(
+                        "logits of row {r} of {n}"
+                    )));
+                }
+                let ids: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
+                let ids =
+                    Tensor::<B, 1, Int>::from_data(TensorData::new(ids, [rows.len()]), &device);
+                Some(self.logits(x.clone().select(0, ids)))
+            }
+        };
+        Ok(ForwardOutput {
+            logits,
+            hidden,
+            last_hidden: x,
+        })
+    }
+
+    /// Final norm and output head: `[rows, hidden] -> [rows, vocab]`. Also the exit head of
+    /// early-exit drafting, which applies it to an intermediate layer's output.
+    pub fn logits(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        let x = self.norm.forward(x);
+        match &self.lm_head {
+            Some(head) => head.forward(x),
+            None => x.matmul(self.embedding.val().transpose()),
+        }
+    }
+
+    fn attention_context(
+        &self,
+        positions: &[usize],
+        cached: usize,
+        attention: NewTokens<'_>,
+    ) -> Result<AttentionContext<B>> {
+        let device = self.device();
+        let n = positions.len();
+        let ids: Vec<i64> = positions.iter().map(|&p| p as i64).collect();
+        let ids = Tensor::<B, 1, Int>::from_data(TensorData::new(ids, [n]), &device);
+        let cos = self.rope_cos.clone().select(0, ids.clone());
+        let sin = self.rope_sin.clone().select(0, ids);
+
+        let total = cached + n;
+        let mut bias = vec![0.0f32; n * total];
+        match attention {
+            NewTokens::Causal => {
+                for i in 0..n {
+                    for j in i + 1..n {
+                        bias[i * total + cached + j] = f32::NEG_INFINITY;
+                    }
+                }
+            }
+            NewTokens::Mask(mask) => {
+                if mask.len() != n * n {
+                    return Err(RuntimeError::InvalidRequest(format!(
+                        "a mask of {} entries for {n} new tokens",
+                        mask.len()
+                    )));
+                }
+                if (0..n).any(|i| !mask[i * n + i]) {
+                    return Err(RuntimeError::InvalidRequest(
+                        "every new token must attend to itself".into(),
+                    ));
+                }
+                for i in 0..n {
+                    for j in 0..n {
+                        if !mask[i * n + j] {
+                            bias[i * total + cached + j] = f32::NEG_INFINITY;
+                        }
+                    }
+                }
+            }
+        }
+        let bias = Tensor::from_data(TensorData::new(bias, [n, total]), &device);
+        Ok(AttentionContext { cos, sin, bias })
+    }
+}
+
+/// `cos` and `sin` of `position · θ^(−2i/d)` for every position of the context, computed in f64.
+fn rope_tables<B: Backend>(
+    config: &ModelConfig,
+    device: &B::Device,
+) -> (Tensor<B, 2>, Tensor<B, 2>) {
+    let half = config.head_dim / 2;
+    let positions = config.max_position_embeddings;
+    let mut cos = Vec::with_capacity(positions * half);
+    let mut sin = Vec::with_capacity(positions * half);
+    for p in 0..positions {
+        for i in 0..half {
+            let inv_freq = config
+                .rope_theta
+                .powf(-(2.0 * i as f64) / config.head_dim as f64);
+            let angle = p as f64 * inv_freq;
+            cos.push(angle.cos() as f32);
+            sin.push(angle.sin() as f32);
+        }
+    }
+    (
+        Tensor::from_data(TensorData::new(cos, [positions, half]), device),
+        Tensor::from_data(TensorData::new(sin, [positions, half]), device),
+    )
+}
