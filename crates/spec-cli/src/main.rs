@@ -1,5 +1,4 @@
-//! `spec`: generate text from a model with plain decoding (speculative methods plug in as they
-//! land).
+//! `spec`: generate text from a model with plain decoding or a speculative method (`--method`).
 //!
 //! ```text
 //! spec generate --model smollm2-135m --prompt "Write a haiku" --chat --max-new-tokens 64
@@ -13,7 +12,8 @@ use burn::tensor::backend::Backend;
 use clap::{Parser, Subcommand, ValueEnum};
 use serde::Serialize;
 use spec_core::sampling::SamplingConfig;
-use spec_runtime::{GenerateOptions, GenerationStats, generate_plain, load::load_model};
+use spec_engine::{Drafter, NoDraft, generate_speculative};
+use spec_runtime::{GenerateOptions, GenerationStats, load::load_model};
 use spec_tokenizer::{Message, TextTokenizer};
 
 #[derive(Parser)]
@@ -69,16 +69,61 @@ struct GenerateArgs {
     /// Print one JSON object instead of streaming text.
     #[arg(long)]
     json: bool,
+    /// Decoding method: plain (no drafts), or a speculative method.
+    #[arg(long, default_value = "plain")]
+    method: String,
+    /// The draft model of `--method sampling` (path or reference name).
+    #[arg(long)]
+    draft_model: Option<String>,
+    /// Draft length: a number, or `auto` where the method supports it.
+    #[arg(long)]
+    k: Option<String>,
+    /// Longest n-gram prompt lookup matches.
+    #[arg(long)]
+    ngram_max: Option<usize>,
+    /// Shortest n-gram prompt lookup matches.
+    #[arg(long)]
+    ngram_min: Option<usize>,
+    /// The bigram model file of `--method bigram`.
+    #[arg(long)]
+    bigram: Option<PathBuf>,
+}
+
+/// The drafting policy `--method` names (each method crate adds its arm here).
+fn make_drafter<B: Backend>(
+    args: &GenerateArgs,
+    _target: &spec_runtime::LoadedModel<B>,
+    _tokenizer: &TextTokenizer,
+    _device: &B::Device,
+) -> Result<Box<dyn Drafter<B>>> {
+    match args.method.as_str() {
+        "plain" => Ok(Box::new(NoDraft)),
+        other => bail!("unknown method `{other}` (known: plain)"),
+    }
 }
 
 #[derive(Serialize)]
 struct JsonOutput {
     model: String,
-    method: &'static str,
+    method: String,
     prompt_tokens: Vec<u32>,
     tokens: Vec<u32>,
     text: String,
-    stats: GenerationStats,
+    stats: JsonStats,
+}
+
+#[derive(Serialize)]
+struct JsonStats {
+    #[serde(flatten)]
+    generation: GenerationStats,
+    draft_forwards: u64,
+    drafted: u64,
+    accepted: u64,
+    alpha: Option<f64>,
+    tau: Option<f64>,
+    acceptance_by_position: Vec<f64>,
+    draft_seconds: f64,
+    target_seconds: f64,
 }
 
 fn main() -> Result<()> {
@@ -134,14 +179,15 @@ fn generate<B: Backend>(args: &GenerateArgs, device: &B::Device) -> Result<()> {
 
     let mut options = GenerateOptions::new(args.max_new_tokens, sampling);
     options.stop_tokens = tokenizer.eos_ids().to_vec();
+    let mut drafter = make_drafter(args, &loaded, &tokenizer, device)?;
     let mut stream = tokenizer.stream_skip_special();
     let mut stdout = std::io::stdout().lock();
     let mut write_error = None;
-    let mut on_token = |token: u32| {
+    let mut on_tokens = |tokens: &[u32]| {
         if args.json || write_error.is_some() {
             return;
         }
-        let piece = match stream.push(token) {
+        let piece = match stream.push_all(tokens) {
             Ok(p) => p,
             Err(e) => {
                 write_error = Some(anyhow::Error::from(e));
@@ -155,18 +201,34 @@ fn generate<B: Backend>(args: &GenerateArgs, device: &B::Device) -> Result<()> {
             write_error = Some(e.into());
         }
     };
-    let generation = generate_plain(&loaded.model, &prompt, &options, &mut on_token)?;
+    let generation = generate_speculative(
+        &loaded.model,
+        drafter.as_mut(),
+        &prompt,
+        &options,
+        &mut on_tokens,
+    )?;
     if let Some(e) = write_error {
         return Err(e);
     }
     if args.json {
         let output = JsonOutput {
             model: path.display().to_string(),
-            method: "plain",
+            method: drafter.name().to_owned(),
             text: tokenizer.decode_skip_special(&generation.tokens)?,
             prompt_tokens: prompt,
+            stats: JsonStats {
+                generation: generation.stats,
+                draft_forwards: generation.metrics.draft_forwards,
+                drafted: generation.metrics.drafted,
+                accepted: generation.metrics.accepted,
+                alpha: generation.metrics.alpha(),
+                tau: generation.metrics.tau(),
+                acceptance_by_position: generation.metrics.acceptance_by_position(),
+                draft_seconds: generation.draft_seconds,
+                target_seconds: generation.target_seconds,
+            },
             tokens: generation.tokens,
-            stats: generation.stats,
         };
         println!("{}", serde_json::to_string(&output)?);
     } else {
