@@ -86,7 +86,15 @@ impl<B: Backend> Attention<B> {
         let [n, _] = x.dims();
         let (h, kv, d) = (self.num_heads, self.num_kv_heads, self.head_dim);
         let group = h / kv;
-        let split = |t: Tensor<B, 2>, heads: usize| t.reshape([n, heads, d]).swap_dims(0, 1);
+        // For one token the head split is a plain reshape. (burn 0.21's wgpu backend computed
+        // wrong results through the swapped [1, heads, d] view: tests/equivalence.rs on wgpu.)
+        let split = |t: Tensor<B, 2>, heads: usize| {
+            if n == 1 {
+                t.reshape([heads, 1, d])
+            } else {
+                t.reshape([n, heads, d]).swap_dims(0, 1)
+            }
+        };
         let q = rotate(split(self.q_proj.forward(x.clone()), h), context);
         let k = rotate(split(self.k_proj.forward(x.clone()), kv), context);
         let v = split(self.v_proj.forward(x), kv);
@@ -105,11 +113,12 @@ impl<B: Backend> Attention<B> {
             .expand([group, n, total])
             .reshape([1, group * n, total]);
         let weights = activation::softmax(scores + bias, 2);
-        let out = weights
-            .matmul(values)
-            .reshape([h, n, d])
-            .swap_dims(0, 1)
-            .reshape([n, h * d]);
+        let out = weights.matmul(values);
+        let out = if n == 1 {
+            out.reshape([1, h * d])
+        } else {
+            out.reshape([h, n, d]).swap_dims(0, 1).reshape([n, h * d])
+        };
         Ok(self.o_proj.forward(out))
     }
 }
