@@ -43,14 +43,16 @@ impl ModelConfig {
         if self.vocab_size == 0 || self.hidden_size == 0 || self.num_layers == 0 {
             return fail("vocab_size, hidden_size and num_layers must be positive".into());
         }
-        if self.num_heads == 0 || self.num_kv_heads == 0 || self.num_heads % self.num_kv_heads != 0
+        if self.num_heads == 0
+            || self.num_kv_heads == 0
+            || !self.num_heads.is_multiple_of(self.num_kv_heads)
         {
             return fail(format!(
                 "num_heads ({}) must be a positive multiple of num_kv_heads ({})",
                 self.num_heads, self.num_kv_heads
             ));
         }
-        if self.head_dim == 0 || self.head_dim % 2 != 0 {
+        if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
             return fail(format!(
                 "head_dim ({}) must be even for rotary embeddings",
                 self.head_dim
