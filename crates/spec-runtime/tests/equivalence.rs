@@ -3,6 +3,9 @@
 //! Small seeded random models; run on flex always, on wgpu in CI (Mesa's software Vulkan), on
 //! cuda where a GPU is lent.
 
+// Test helpers outside #[test] functions unwrap too; a failure there is a test failure.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use burn::tensor::{Tensor, backend::Backend};
 use spec_core::tree::TokenTree;
 use spec_runtime::{

@@ -7,6 +7,9 @@
 //! per row). Needs the cached models and Python with numpy and gguf (`cargo xtask test` provides
 //! both); without them the test says so and passes, unless `SPEC_REQUIRE_MODELS=1`.
 
+// Test helpers outside #[test] functions unwrap too; a failure there is a test failure.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

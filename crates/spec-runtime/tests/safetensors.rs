@@ -1,6 +1,9 @@
 //! Hugging Face checkpoints: `config.json` + safetensors (single file or sharded with an index;
 //! bf16, f16, f32; tied or separate head) load into the same model as the weights they hold.
 
+// Test helpers outside #[test] functions unwrap too; a failure there is a test failure.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::BTreeMap;
 use std::path::Path;
 
