@@ -3,7 +3,7 @@
 //! plain sampling token for token.
 
 // Test helpers outside #[test] functions unwrap too; a failure there is a test failure.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::needless_range_loop)]
 
 use burn::backend::Flex;
 use spec_core::rng::SpecRng;

@@ -4,7 +4,7 @@
 //! cuda where a GPU is lent.
 
 // Test helpers outside #[test] functions unwrap too; a failure there is a test failure.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::needless_range_loop)]
 
 use burn::tensor::{Tensor, backend::Backend};
 use spec_core::tree::TokenTree;

@@ -8,7 +8,7 @@
 //! both); without them the test says so and passes, unless `SPEC_REQUIRE_MODELS=1`.
 
 // Test helpers outside #[test] functions unwrap too; a failure there is a test failure.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::needless_range_loop)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

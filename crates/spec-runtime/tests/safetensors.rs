@@ -2,7 +2,7 @@
 //! bf16, f16, f32; tied or separate head) load into the same model as the weights they hold.
 
 // Test helpers outside #[test] functions unwrap too; a failure there is a test failure.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::needless_range_loop)]
 
 use std::collections::BTreeMap;
 use std::path::Path;
