@@ -5,8 +5,12 @@
 //!   workspace on flex, and the backend agreement tests on wgpu (compiled together with the cuda
 //!   feature, so CI proves cuda compiles too).
 //! - `fetch-models`: download the reference models into the cache, verify or list them.
+//! - `bench`: every method against plain decoding per prompt category (`spec bench`, release).
+//! - `train-bigram`: count token bigrams over text corpora into a bigram draft model.
 
+mod bench;
 mod fetch;
+mod train_bigram;
 
 use std::path::Path;
 use std::process::Command;
@@ -35,12 +39,18 @@ enum Cmd {
     },
     /// Download the reference models into the cache, or check or list them.
     FetchModels(fetch::FetchArgs),
+    /// Build `spec` (release), fetch the models, run `spec bench` (options pass through).
+    Bench(bench::BenchArgs),
+    /// Count token bigrams over text corpora: the draft model of `--method bigram`.
+    TrainBigram(train_bigram::TrainBigramArgs),
 }
 
 fn main() -> Result<()> {
     match Cli::parse().command {
         Cmd::Test { no_wgpu, no_models } => test(no_wgpu, no_models),
         Cmd::FetchModels(args) => fetch::run(args),
+        Cmd::Bench(args) => bench::run_bench(args),
+        Cmd::TrainBigram(args) => train_bigram::run(args),
     }
 }
 

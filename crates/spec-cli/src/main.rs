@@ -2,7 +2,12 @@
 //!
 //! ```text
 //! spec generate --model smollm2-135m --prompt "Write a haiku" --chat --max-new-tokens 64
+//! spec bench --quick          # every method vs plain decoding, per prompt category
 //! ```
+
+mod bench;
+mod methods;
+mod plots;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -27,6 +32,8 @@ struct Cli {
 enum Command {
     /// Generate a continuation of a prompt, streaming it to stdout.
     Generate(GenerateArgs),
+    /// Benchmark methods against plain decoding per prompt category (`cargo xtask bench`).
+    Bench(bench::BenchArgs),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -89,16 +96,94 @@ struct GenerateArgs {
     bigram: Option<PathBuf>,
 }
 
-/// The drafting policy `--method` names (each method crate adds its arm here).
+impl GenerateArgs {
+    fn method_spec(&self) -> methods::MethodSpec {
+        methods::MethodSpec {
+            method: self.method.clone(),
+            k: self.k.clone(),
+            draft_model: self.draft_model.clone(),
+            ngram_max: self.ngram_max,
+            ngram_min: self.ngram_min,
+            bigram: self.bigram.clone(),
+        }
+    }
+}
+
+/// The drafting policy `--method` names (each method crate adds its arm here). `spec bench`
+/// builds its methods here too; an unknown name must fail with "unknown method ...".
 fn make_drafter<B: Backend>(
-    args: &GenerateArgs,
+    args: &methods::MethodSpec,
     _target: &spec_runtime::LoadedModel<B>,
     _tokenizer: &TextTokenizer,
     _device: &B::Device,
 ) -> Result<Box<dyn Drafter<B>>> {
     match args.method.as_str() {
         "plain" => Ok(Box::new(NoDraft)),
+        "prompt-lookup" => Ok(Box::new(spec_ngram::PromptLookup::new(
+            spec_ngram::PromptLookupConfig {
+                k: fixed_k(args, spec_ngram::DEFAULT_LOOKUP_K)?,
+                ngram_max: args.ngram_max.unwrap_or(spec_ngram::DEFAULT_NGRAM_MAX),
+                ngram_min: args.ngram_min.unwrap_or(spec_ngram::DEFAULT_NGRAM_MIN),
+            },
+        )?)),
+        "bigram" => {
+            let Some(file) = &args.bigram else {
+                bail!(
+                    "--method bigram needs --bigram FILE (make one with `cargo xtask train-bigram`)"
+                );
+            };
+            let model = spec_ngram::BigramModel::load(file)?;
+            let k = fixed_k(args, spec_ngram::DEFAULT_BIGRAM_K)?;
+            let vocab = _target.config.vocab_size;
+            Ok(Box::new(spec_ngram::BigramDrafter::new(
+                model, vocab, k, _device,
+            )?))
+        }
+        "sampling" => sampling_drafter(args, _target, _tokenizer, _device),
         other => bail!("unknown method `{other}` (known: plain)"),
+    }
+}
+
+/// `--method sampling --draft-model D [--k N | --k auto]`: speculative sampling with a draft model
+/// (default K 4), its vocabulary checked against the target's through both tokenizers.
+fn sampling_drafter<B: Backend>(
+    args: &methods::MethodSpec,
+    target: &spec_runtime::LoadedModel<B>,
+    tokenizer: &TextTokenizer,
+    device: &B::Device,
+) -> Result<Box<dyn Drafter<B>>> {
+    let Some(name) = &args.draft_model else {
+        bail!(
+            "--method sampling needs --draft-model (a path or reference name, e.g. qwen2.5-coder-0.5b)"
+        );
+    };
+    let length = match args.k.as_deref() {
+        None => spec_sampling::DraftLength::default(),
+        Some(k) => spec_sampling::DraftLength::parse(k)?,
+    };
+    let path = spec_models::resolve(name)?;
+    let draft_tokenizer = load_tokenizer(&path)?;
+    let draft = load_model::<B>(&path, device)
+        .with_context(|| format!("loading the draft model {}", path.display()))?;
+    Ok(Box::new(spec_sampling::DraftModelDrafter::with_tokenizers(
+        draft.model,
+        &draft_tokenizer,
+        target.config.vocab_size,
+        tokenizer,
+        length,
+    )?))
+}
+
+/// `--k` as a number (the n-gram methods have no `auto`).
+fn fixed_k(args: &methods::MethodSpec, default: usize) -> Result<usize> {
+    match args.k.as_deref() {
+        None => Ok(default),
+        Some(k) => k.parse().map_err(|_| {
+            anyhow::anyhow!(
+                "--method {}: --k must be a whole number, got `{k}`",
+                args.method
+            )
+        }),
     }
 }
 
@@ -128,6 +213,19 @@ struct JsonStats {
 
 fn main() -> Result<()> {
     match Cli::parse().command {
+        Command::Bench(args) => match args.backend {
+            #[cfg(feature = "flex")]
+            BackendName::Flex => bench::run::<burn::backend::Flex>(&args, &Default::default()),
+            #[cfg(feature = "wgpu")]
+            BackendName::Wgpu => bench::run::<burn::backend::Wgpu>(&args, &Default::default()),
+            #[cfg(feature = "cuda")]
+            BackendName::Cuda => bench::run::<burn::backend::Cuda>(&args, &Default::default()),
+            #[allow(unreachable_patterns)]
+            other => bail!(
+                "this `spec` was built without the {other:?} backend; rebuild with `--features {}`",
+                format!("{other:?}").to_lowercase()
+            ),
+        },
         Command::Generate(args) => match args.backend {
             #[cfg(feature = "flex")]
             BackendName::Flex => generate::<burn::backend::Flex>(&args, &Default::default()),
@@ -179,7 +277,7 @@ fn generate<B: Backend>(args: &GenerateArgs, device: &B::Device) -> Result<()> {
 
     let mut options = GenerateOptions::new(args.max_new_tokens, sampling);
     options.stop_tokens = tokenizer.eos_ids().to_vec();
-    let mut drafter = make_drafter(args, &loaded, &tokenizer, device)?;
+    let mut drafter = make_drafter(&args.method_spec(), &loaded, &tokenizer, device)?;
     let mut stream = tokenizer.stream_skip_special();
     let mut stdout = std::io::stdout().lock();
     let mut write_error = None;

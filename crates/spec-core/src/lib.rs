@@ -5,4 +5,5 @@ pub mod reference;
 pub mod rng;
 pub mod sampling;
 pub mod tree;
+mod truncate;
 pub mod verify;

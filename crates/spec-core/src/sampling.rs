@@ -15,17 +15,27 @@
 //! 6. Renormalize what is kept.
 //!
 //! Ordering is by probability, then by lower token index, so ties at a cut-off are resolved the
-//! same way on every backend, whatever its sort does with equal keys.
+//! same way on every backend.
 //!
-//! Validity of the logits is checked where results are read back to the host, at no extra sync:
-//! an invalid row turns its whole distribution into NaN, which the readers report as
+//! # Where the work happens
+//! - Temperature and softmax: on the device (four ops; a `[6, V]` pass each on flex).
+//! - Truncation (steps 3 to 5): the probabilities are read back once and each row's kept set is
+//!   found on the host without sorting the vocabulary (`truncate.rs` shows why that is exact),
+//!   then the truncated rows are uploaded. No device sort: on flex a full-vocabulary sort was the
+//!   most expensive op of a step by far.
+//! - Greedy: burn's `argmax` plus a row sum for validity, read back together (see
+//!   `greedy_tokens`); the point masses of [`probabilities`] are built on the host.
+//!
+//! Validity of the logits is checked where results are read back to the host: an invalid row
+//! turns its whole distribution into NaN, which the readers report as
 //! [`SpecError::NonFiniteLogits`].
 
-use burn::tensor::{Int, Tensor, TensorData, Transaction, backend::Backend};
+use burn::tensor::{DType, Int, Tensor, TensorData, Transaction, backend::Backend};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, Source, SpecError};
 use crate::rng::SpecRng;
+use crate::truncate::truncate_row;
 
 /// How tokens are chosen from a model's logits. `temperature == 0` means greedy.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -132,7 +142,8 @@ impl SamplingConfig {
 /// Turns logits `[rows, vocab]` into the distributions `[rows, vocab]` that `config` samples from.
 ///
 /// Greedy settings give the point mass on each row's argmax. Invalid rows come out as NaN (see
-/// the module docs).
+/// the module docs). Greedy and truncating settings read the rows back to the host once (a sync)
+/// and upload the result; plain temperature sampling stays on the device.
 pub fn probabilities<B: Backend>(
     logits: Tensor<B, 2>,
     config: &SamplingConfig,
@@ -148,11 +159,16 @@ pub(crate) fn probabilities_unchecked<B: Backend>(
     let [rows, vocab] = logits.dims();
     let device = logits.device();
     if config.is_greedy() {
-        let (argmax, witness) = greedy_argmax(logits);
-        let columns = Tensor::<B, 1, Int>::arange(0..vocab as i64, &device).reshape([1, vocab]);
-        // The witness is finite or -inf for a valid row, so `exp(witness) · 0` is 0 there and NaN
-        // for an invalid row.
-        return columns.equal(argmax).float() + witness.exp().mul_scalar(0.0);
+        // The point masses are built on the host from the argmax read back: cheaper than any
+        // device formulation on flex, and the validity check needs the host anyway.
+        let mut values = vec![0.0f32; rows * vocab];
+        for (row, token) in greedy_tokens(logits).into_iter().enumerate() {
+            match token {
+                Some(token) => values[row * vocab + token as usize] = 1.0,
+                None => values[row * vocab..(row + 1) * vocab].fill(f32::NAN),
+            }
+        }
+        return Tensor::from_data(TensorData::new(values, [rows, vocab]), &device);
     }
 
     let scaled = if config.temperature == 1.0 {
@@ -160,140 +176,144 @@ pub(crate) fn probabilities_unchecked<B: Backend>(
     } else {
         logits.div_scalar(config.temperature)
     };
+    // Not burn's `softmax`: flex's fused kernel measured 2-3x slower than these four ops on `[6, V]`
+    // rows (its exp loop is single-threaded and slower per element). An invalid row comes out NaN
+    // everywhere: its denominator is NaN (a NaN or `+inf` entry gives a NaN term; a row of `-inf`
+    // gives `-inf - -inf` on flex and 0 / 0 where `max_dim` returns the lowest finite f32).
     let max = scaled.clone().max_dim(1);
     let exp = (scaled - max).exp();
-    // The softmax denominator lies in [1, vocab] for a valid row and is NaN otherwise.
     let denominator = exp.clone().sum_dim(1);
-    let probs = exp / denominator.clone();
-
-    let mut keep = None;
     let top_k = config.effective_top_k(vocab);
-    let top_p = config.effective_top_p();
-    if top_k.is_some() || top_p.is_some() {
-        let sorted = probs.clone().sort_descending(1);
-        let mut kept_sorted = sorted.clone();
-        if let Some(k) = top_k {
-            let kth = sorted.narrow(1, k - 1, 1);
-            let count = Tensor::<B, 2>::full([rows, 1], k as f32, &device);
-            keep = Some(keep_first(probs.clone(), kth, count));
-            kept_sorted = kept_sorted.narrow(1, 0, k);
-        }
-        if let Some(p) = top_p {
-            let width = kept_sorted.dims()[1];
-            let cumulative = kept_sorted.clone().cumsum(1);
-            let total = cumulative.clone().narrow(1, width - 1, 1);
-            // A sorted entry is in the nucleus when the mass before it is still below p · total.
-            // (Formulated without a gather: burn 0.21's wgpu fusion mis-evaluates a gather whose
-            // index tensor has a second consumer; see docs/ARCHITECTURE.md.)
-            let inside = (cumulative - kept_sorted.clone()).lower(total.mul_scalar(p));
-            let count = inside.clone().float().sum_dim(1);
-            let last = kept_sorted.mask_fill(inside.bool_not(), 2.0).min_dim(1);
-            let keep_p = keep_first(probs.clone(), last, count);
-            keep = Some(match keep {
-                Some(k) => k.bool_and(keep_p),
-                None => keep_p,
-            });
+    if top_k.is_none() && config.effective_top_p().is_none() && config.effective_min_p().is_none() {
+        return exp / denominator;
+    }
+
+    // Truncation: one read back, each row's kept set on the host (`truncate`, which shows it
+    // exact without sorting the vocabulary), one upload.
+    let probs = exp / denominator.clone();
+    let [denominators, probs] = read2(Transaction::default().register(denominator).register(probs));
+    let denominators: Vec<f32> = denominators.iter::<f32>().collect();
+    let mut values: Vec<f32> = if probs.dtype == DType::F32 {
+        // Zero-copy on flex.
+        probs.into_vec::<f32>().unwrap_or_default()
+    } else {
+        probs.iter::<f32>().collect()
+    };
+    if values.len() != rows * vocab {
+        // Not reachable: the tensor read back has this shape.
+        values = vec![f32::NAN; rows * vocab];
+    }
+    for (values, &denominator) in values.chunks_mut(vocab).zip(&denominators) {
+        if !truncate_row(values, denominator, config) {
+            values.fill(f32::NAN);
         }
     }
-    if let Some(m) = config.effective_min_p() {
-        // The most probable token has exp(0) / denominator.
-        let floor = denominator.clone().recip().mul_scalar(m);
-        let keep_m = probs.clone().greater_equal(floor);
-        keep = Some(match keep {
-            Some(k) => k.bool_and(keep_m),
-            None => keep_m,
-        });
-    }
-    match keep {
-        None => probs,
-        Some(keep) => {
-            let kept = probs.mask_fill(keep.bool_not(), 0.0);
-            let mass = kept.clone().sum_dim(1) + denominator.mul_scalar(0.0);
-            kept / mass
-        }
-    }
+    Tensor::from_data(TensorData::new(values, [rows, vocab]), &device)
 }
 
-/// Keeps, in each row of `probs`, the first `count` tokens in (probability descending, index
-/// ascending) order, given the probability `last` of the `count`-th of them. Sorting is done by
-/// the caller; this only resolves ties at `last` by index, so the result does not depend on the
-/// backend's sort being stable.
-fn keep_first<B: Backend>(
-    probs: Tensor<B, 2>,
-    last: Tensor<B, 2>,
-    count: Tensor<B, 2>,
-) -> Tensor<B, 2, burn::tensor::Bool> {
-    let above = probs.clone().greater(last.clone());
-    let above_count = above.clone().float().sum_dim(1);
-    let tied = probs.equal(last);
-    let tie_rank = tied.clone().float().cumsum(1);
-    let tied_kept = tied.bool_and(tie_rank.lower_equal(count - above_count));
-    above.bool_or(tied_kept)
-}
-
-/// Each row's largest logit's index `[rows, 1]` (ties to the lowest index), and a validity
-/// witness `[rows, 1]` that is NaN exactly when the row is invalid.
-pub(crate) fn greedy_argmax<B: Backend>(logits: Tensor<B, 2>) -> (Tensor<B, 2, Int>, Tensor<B, 2>) {
-    let [_, vocab] = logits.dims();
+/// Each row's greedy token (the largest logit, ties to the lowest index), or `None` for an
+/// invalid row (see the module docs).
+///
+/// burn's `argmax` picks the lowest index among equal maxima on flex (a left-to-right scan) and
+/// on the cubecl backends, wgpu and cuda (their reduction keeps the smaller coordinate on ties);
+/// `tests/backend.rs` checks it on every backend it runs on.
+///
+/// Validity costs one more pass in the common case: the row sum is finite exactly when every
+/// entry is finite. A `-inf` sum (masked entries, no NaN or `+inf`: either would make the sum NaN
+/// or `+inf`) leaves only "is every entry `-inf`?", answered by the logit at the argmax. Only a
+/// NaN or `+inf` sum, which a valid row reaches only by overflow, takes the full check.
+pub(crate) fn greedy_tokens<B: Backend>(logits: Tensor<B, 2>) -> Vec<Option<u32>> {
+    let [rows, vocab] = logits.dims();
     let device = logits.device();
-    let max = logits.clone().max_dim(1);
-    // Σ (x - max) is finite or -inf for a valid row; NaN when a NaN or +inf is present or when
-    // every entry is -inf (then -inf - -inf = NaN).
-    let witness = (logits.clone() - max.clone()).sum_dim(1);
-    // Score vocab - j at the maxima and 0 elsewhere: the largest score is the lowest index.
-    let reversed = Tensor::<B, 1, Int>::arange(0..vocab as i64, &device)
-        .neg()
-        .add_scalar(vocab as i64)
-        .reshape([1, vocab]);
-    let score = logits.equal(max).int() * reversed;
-    let argmax = score.max_dim(1).neg().add_scalar(vocab as i64);
-    (argmax, witness)
+    let argmax = logits.clone().argmax(1);
+    let sums = logits.clone().sum_dim(1);
+    let [argmax, sums] = read2(Transaction::default().register(argmax).register(sums));
+    let argmax: Vec<i64> = argmax.iter::<i64>().collect();
+    let sums: Vec<f64> = sums.iter::<f64>().collect();
+    let mut valid: Vec<bool> = sums.iter().map(|s| s.is_finite()).collect();
+
+    if sums.contains(&f64::NEG_INFINITY) {
+        // A backend may return an out-of-range index for a row of `-inf`; any in-range index
+        // then reads `-inf`, as it should. A fresh index tensor: see `docs/ARCHITECTURE.md` on
+        // gathers in wgpu's fusion.
+        let index: Vec<i64> = argmax
+            .iter()
+            .map(|&i| i.clamp(0, vocab as i64 - 1))
+            .collect();
+        let index = Tensor::<B, 2, Int>::from_data(TensorData::new(index, [rows, 1]), &device);
+        let at = logits.clone().gather(1, index).into_data();
+        for ((valid, &sum), at) in valid.iter_mut().zip(&sums).zip(at.iter::<f64>()) {
+            if sum == f64::NEG_INFINITY {
+                *valid = at > f64::NEG_INFINITY;
+            }
+        }
+    }
+    if sums.iter().any(|s| s.is_nan() || *s == f64::INFINITY) {
+        let no_nan_or_inf = logits.clone().lower_elem(f32::INFINITY).all_dim(1);
+        let not_all_masked = logits.greater_elem(f32::NEG_INFINITY).any_dim(1);
+        let [a, b] = read2(
+            Transaction::default()
+                .register(no_nan_or_inf)
+                .register(not_all_masked),
+        );
+        for (((valid, &sum), a), b) in valid
+            .iter_mut()
+            .zip(&sums)
+            .zip(a.iter::<bool>())
+            .zip(b.iter::<bool>())
+        {
+            if sum.is_nan() || sum == f64::INFINITY {
+                *valid = a && b;
+            }
+        }
+    }
+    argmax
+        .into_iter()
+        .zip(valid)
+        .map(|(token, valid)| valid.then_some(token as u32))
+        .collect()
 }
 
 /// Reads greedy tokens of every row, failing on invalid rows.
 pub(crate) fn read_greedy<B: Backend>(logits: Tensor<B, 2>, what: Source) -> Result<Vec<u32>> {
-    let (argmax, witness) = greedy_argmax(logits);
-    let [argmax, witness] = read2(Transaction::default().register(argmax).register(witness));
-    let witness: Vec<f64> = witness.iter::<f64>().collect();
-    argmax
-        .iter::<i64>()
-        .zip(witness)
+    greedy_tokens(logits)
+        .into_iter()
         .enumerate()
-        .map(|(row, (token, w))| {
-            if w.is_nan() {
-                Err(SpecError::NonFiniteLogits { what, row })
-            } else {
-                Ok(token as u32)
-            }
-        })
+        .map(|(row, token)| token.ok_or(SpecError::NonFiniteLogits { what, row }))
         .collect()
 }
 
-/// Draws one token per row of `probs` `[rows, vocab]` by inverse CDF: the smallest index whose
-/// cumulative mass exceeds `uniform · total`, never a token of probability 0.
+/// The largest f32 below 1. A uniform rounded to f32 is capped here so that `u · total` stays
+/// below `total` (for a normal `total`, `total · (1 − 2⁻²⁴)` rounds to at most its predecessor).
+const BELOW_ONE: f32 = 1.0 - f32::EPSILON / 2.0;
+
+/// Draws one token per row of `weights` `[rows, vocab]` (not necessarily normalized) by inverse
+/// CDF: the smallest index whose cumulative weight exceeds `uniform · total`. That token always
+/// has weight > 0: its cumulative weight exceeds the one before it.
 ///
-/// Returns the tokens `[rows, 1]` and each row's total mass `[rows, 1]` (NaN for a bad row).
+/// Returns the tokens `[rows, 1]` and each row's total weight `[rows, 1]` (NaN for a bad row).
 pub(crate) fn inverse_cdf<B: Backend>(
-    probs: Tensor<B, 2>,
+    weights: Tensor<B, 2>,
     uniforms: &[f64],
 ) -> (Tensor<B, 2, Int>, Tensor<B, 2>) {
-    let [rows, vocab] = probs.dims();
-    let device = probs.device();
-    let cumulative = probs.clone().cumsum(1);
+    let [rows, vocab] = weights.dims();
+    let device = weights.device();
+    let cumulative = weights.cumsum(1);
     let total = cumulative.clone().narrow(1, vocab - 1, 1);
-    let uniforms: Vec<f32> = uniforms.iter().map(|&u| u as f32).collect();
+    let uniforms: Vec<f32> = uniforms
+        .iter()
+        .map(|&u| (u as f32).min(BELOW_ONE))
+        .collect();
     let uniforms = Tensor::<B, 2>::from_data(TensorData::new(uniforms, [rows, 1]), &device);
-    let below = cumulative
-        .lower_equal(total.clone() * uniforms)
-        .int()
-        .sum_dim(1);
-    // Rounding can put the target past the last step of the CDF; the last token with mass is the
-    // one it belongs to.
-    let one_based = Tensor::<B, 1, Int>::arange(1..vocab as i64 + 1, &device).reshape([1, vocab]);
-    let last_nonzero = (probs.greater_elem(0.0).int() * one_based)
-        .max_dim(1)
-        .sub_scalar(1);
-    (below.min_pair(last_nonzero), total)
+    // The first entry above the target: argmax of a 0/1 row is its first 1. The last cumulative
+    // entry is `total`, above the target, so there is one. `c − target > 0` is `c > target`
+    // exactly (a difference of floats is 0 only when they are equal); flex's comparison with a
+    // broadcast operand measured 10x slower than this subtraction and a scalar comparison.
+    let tokens = (cumulative - total.clone() * uniforms)
+        .greater_elem(0.0)
+        .float()
+        .argmax(1);
+    (tokens, total)
 }
 
 /// Reads the tokens and totals of [`inverse_cdf`], failing on rows without usable mass.

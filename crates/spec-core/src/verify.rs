@@ -6,7 +6,7 @@
 //! tensors: the target's and draft's probabilities of the drafted tokens (one per child), then the
 //! final token drawn on the device by inverse CDF.
 
-use burn::tensor::{Int, Tensor, TensorData, Transaction, backend::Backend};
+use burn::tensor::{IndexingUpdateOp, Int, Tensor, TensorData, Transaction, backend::Backend};
 
 use crate::error::{Result, Source, SpecError};
 use crate::rng::{SpecRng, StepUniforms, accepts};
@@ -147,29 +147,42 @@ fn verify_greedy<B: Backend>(tree: &TokenTree, target_logits: Tensor<B, 2>) -> R
     })
 }
 
-/// The children's tokens as a `[internal nodes, max children]` index tensor (padded with 0), and
-/// each node's row in it.
-fn child_table<B: Backend>(
+/// Column `k` of the children's tokens as a `[rows, 1]` index: row `n` holds the token of node
+/// `n`'s child `k`, or 0 where there is none.
+///
+/// Every gather gets an index tensor of its own: burn 0.21's wgpu fusion mis-evaluates a gather
+/// whose index tensor has a second consumer (see `docs/ARCHITECTURE.md`).
+fn child_column<B: Backend>(
     tree: &TokenTree,
+    rows: usize,
+    k: usize,
     device: &B::Device,
-) -> (Tensor<B, 2, Int>, Vec<usize>) {
-    let internal = tree.internal_nodes();
-    let width = tree.max_children();
-    let mut row_of = vec![usize::MAX; tree.len()];
-    let mut tokens = vec![0i64; internal.len() * width];
-    for (row, &node) in internal.iter().enumerate() {
-        row_of[node] = row;
-        for (k, &child) in tree.children(node).iter().enumerate() {
-            tokens[row * width + k] = i64::from(tree.token(child));
-        }
-    }
-    let table = Tensor::from_data(TensorData::new(tokens, [internal.len(), width]), device);
-    (table, row_of)
+) -> Tensor<B, 2, Int> {
+    let tokens: Vec<i64> = (0..rows)
+        .map(|n| {
+            let children = if n < tree.len() {
+                tree.children(n)
+            } else {
+                &[]
+            };
+            children.get(k).map_or(0, |&c| i64::from(tree.token(c)))
+        })
+        .collect();
+    Tensor::from_data(TensorData::new(tokens, [rows, 1]), device)
 }
 
-fn node_index<B: Backend>(nodes: &[NodeId], device: &B::Device) -> Tensor<B, 1, Int> {
-    let ids: Vec<i64> = nodes.iter().map(|&n| n as i64).collect();
-    Tensor::from_data(TensorData::new(ids, [nodes.len()]), device)
+/// The rows `0..=last internal node`, the only ones whose children are looked up.
+fn parent_rows(tree: &TokenTree) -> usize {
+    tree.internal_nodes().last().map_or(0, |n| n + 1)
+}
+
+/// `max(0, r − q)` row by row, or `r` where that has no mass: the weights of the residual
+/// distribution, not normalized (enough for [`draw`]).
+fn residual_weights<B: Backend>(r: Tensor<B, 2>, q: Tensor<B, 2>) -> Tensor<B, 2> {
+    let dims = r.dims();
+    let d = (r.clone() - q).clamp_min(0.0);
+    let empty = d.clone().sum_dim(1).lower_equal_elem(RESIDUAL_FLOOR_F32);
+    d.mask_where(empty.expand(dims), r)
 }
 
 /// `norm(max(0, r − q))` row by row, or `r` where that has no mass.
@@ -181,7 +194,7 @@ fn residual<B: Backend>(r: Tensor<B, 2>, q: Tensor<B, 2>) -> Tensor<B, 2> {
     (d / mass).mask_where(empty.expand(dims), r)
 }
 
-/// Draws the final token from `row` `[1, vocab]`.
+/// Draws the final token from the weights `row` `[1, vocab]`.
 fn draw<B: Backend>(row: Tensor<B, 2>, uniforms: &StepUniforms) -> Result<u32> {
     let (tokens, totals) = inverse_cdf(row, &[uniforms.final_draw]);
     Ok(read_samples(tokens, totals, Source::Target)?[0])
@@ -194,26 +207,31 @@ fn verify_sampled<B: Backend>(
     uniforms: &StepUniforms,
 ) -> Result<Verdict> {
     let device = target.device();
-    let internal = tree.internal_nodes();
+    let rows = parent_rows(tree);
+    let width = tree.max_children();
     let mut ratios = Vec::new();
-    let mut row_of = Vec::new();
-    let mut width = 0;
-    if !internal.is_empty() {
-        let (table, rows) = child_table::<B>(tree, &device);
-        row_of = rows;
-        width = tree.max_children();
-        let index = node_index::<B>(&internal, &device);
-        let q_rows = q.clone().select(0, index.clone());
-        let mut r = target.clone().select(0, index);
-        // Column k: target residual after k rejections and draft probability, at child k.
-        let mut r_at = Vec::with_capacity(width);
-        let mut q_at = Vec::with_capacity(width);
-        for k in 0..width {
-            let column = table.clone().narrow(1, k, 1);
-            r_at.push(r.clone().gather(1, column.clone()));
-            q_at.push(q_rows.clone().gather(1, column));
-            if k + 1 < width {
+    if rows > 0 {
+        // Column k: target residual after k rejections and draft probability, at child k. The
+        // first column gathers from the whole tensors (flex copies a row range before gathering
+        // from it); later ones from the residuals of the parent rows.
+        let (target_rows, draft_rows) = (target.dims()[0], q.dims()[0]);
+        let first = |t: Tensor<B, 2>, n: usize| {
+            t.gather(1, child_column(tree, n, 0, &device))
+                .narrow(0, 0, rows)
+        };
+        let mut r_at = vec![first(target.clone(), target_rows)];
+        let mut q_at = vec![first(q.clone(), draft_rows)];
+        if width > 1 {
+            let q_rows = q.clone().narrow(0, 0, rows);
+            let mut r = target.clone().narrow(0, 0, rows);
+            for k in 1..width {
                 r = residual(r, q_rows.clone());
+                r_at.push(r.clone().gather(1, child_column(tree, rows, k, &device)));
+                q_at.push(
+                    q_rows
+                        .clone()
+                        .gather(1, child_column(tree, rows, k, &device)),
+                );
             }
         }
         let [r_at, q_at] = read2(
@@ -229,7 +247,7 @@ fn verify_sampled<B: Backend>(
     let rejected = 'descend: loop {
         let children = tree.children(node);
         for (k, &child) in children.iter().enumerate() {
-            let (r_c, q_c) = ratios[row_of[node] * width + k];
+            let (r_c, q_c) = ratios[node * width + k];
             if r_c.is_nan() {
                 return Err(SpecError::NonFiniteLogits {
                     what: Source::Target,
@@ -257,13 +275,13 @@ fn verify_sampled<B: Backend>(
         break children.len();
     };
 
-    let index = node_index::<B>(&[node], &device);
-    let mut row = target.select(0, index.clone());
+    let mut row = target.narrow(0, node, 1);
     if rejected > 0 {
-        let q_row = q.select(0, index);
-        for _ in 0..rejected {
+        let q_row = q.narrow(0, node, 1);
+        for _ in 1..rejected {
             row = residual(row, q_row.clone());
         }
+        row = residual_weights(row, q_row);
     }
     Ok(Verdict {
         accepted,
@@ -277,34 +295,34 @@ fn verify_deterministic<B: Backend>(
     uniforms: &StepUniforms,
 ) -> Result<Verdict> {
     let device = target.device();
-    let internal = tree.internal_nodes();
+    let rows = parent_rows(tree);
+    let width = tree.max_children();
     let mut p_at = Vec::new();
-    let mut row_of = Vec::new();
-    let mut width = 0;
-    if !internal.is_empty() {
-        let (table, rows) = child_table::<B>(tree, &device);
-        row_of = rows;
-        width = tree.max_children();
-        let index = node_index::<B>(&internal, &device);
-        p_at = target
-            .clone()
-            .select(0, index)
-            .gather(1, table)
-            .into_data()
-            .iter::<f64>()
+    if rows > 0 {
+        let target_rows = target.dims()[0];
+        let columns: Vec<_> = (0..width)
+            .map(|k| {
+                target
+                    .clone()
+                    .gather(1, child_column(tree, target_rows, k, &device))
+                    .narrow(0, 0, rows)
+            })
             .collect();
+        p_at = Tensor::cat(columns, 1).into_data().iter::<f64>().collect();
     }
 
     let mut node = ROOT;
     let mut accepted = Vec::new();
-    let mut removed: Vec<u32> = Vec::new();
+    // The rejected candidates of the current node and their probabilities.
+    let mut removed: Vec<(u32, f64)> = Vec::new();
+    let mut remaining: f64;
     'descend: loop {
         removed.clear();
         // Mass left in p after removing the rejected candidates: the residual of a point mass
         // is p without that token, renormalized.
-        let mut remaining = 1.0f64;
+        remaining = 1.0;
         for (k, &child) in tree.children(node).iter().enumerate() {
-            let p_c = p_at[row_of[node] * width + k];
+            let p_c = p_at[node * width + k];
             if p_c.is_nan() {
                 return Err(SpecError::NonFiniteLogits {
                     what: Source::Target,
@@ -312,7 +330,8 @@ fn verify_deterministic<B: Backend>(
                 });
             }
             let token = tree.token(child);
-            let probability = if removed.contains(&token) {
+            let seen = removed.iter().any(|&(t, _)| t == token);
+            let probability = if seen {
                 0.0
             } else if remaining <= f64::from(RESIDUAL_FLOOR_F32) {
                 p_c
@@ -324,26 +343,25 @@ fn verify_deterministic<B: Backend>(
                 node = child;
                 continue 'descend;
             }
-            if !removed.contains(&token) {
-                removed.push(token);
+            if !seen {
+                removed.push((token, p_c));
                 remaining -= p_c;
             }
         }
         break;
     }
 
-    let row = target.select(0, node_index::<B>(&[node], &device));
-    let row = if removed.is_empty() {
-        row
-    } else {
-        let vocab = row.dims()[1];
-        let tokens: Vec<i64> = removed.iter().map(|&t| i64::from(t)).collect();
-        let tokens =
-            Tensor::<B, 2, Int>::from_data(TensorData::new(tokens, [removed.len(), 1]), &device);
-        let columns = Tensor::<B, 1, Int>::arange(0..vocab as i64, &device).reshape([1, vocab]);
-        let hit = columns.equal(tokens).any_dim(0);
-        residual(row.clone(), row.mask_fill(hit.bool_not(), 0.0))
-    };
+    let mut row = target.narrow(0, node, 1);
+    if !removed.is_empty() && remaining > f64::from(RESIDUAL_FLOOR_F32) {
+        // Zero the removed tokens by adding minus their probabilities (x + (−x) is exactly 0);
+        // the probabilities are the device's own values, read back above.
+        let n = removed.len();
+        let tokens: Vec<i64> = removed.iter().map(|&(t, _)| i64::from(t)).collect();
+        let minus: Vec<f32> = removed.iter().map(|&(_, p)| -(p as f32)).collect();
+        let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(tokens, [1, n]), &device);
+        let minus = Tensor::<B, 2>::from_data(TensorData::new(minus, [1, n]), &device);
+        row = row.scatter(1, tokens, minus, IndexingUpdateOp::Add);
+    }
     Ok(Verdict {
         accepted,
         next_token: draw(row, uniforms)?,

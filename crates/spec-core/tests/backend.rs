@@ -343,6 +343,152 @@ fn check_empty_tree<B: Backend>(device: &B::Device) {
     }
 }
 
+/// Greedy on rows that stress the argmax and the validity check: ties (to the lowest index, also
+/// across SIMD lanes and workgroups), masked entries, signed zeros, logits whose sum overflows.
+fn check_greedy_edges<B: Backend>(device: &B::Device) {
+    let vocab = 5_000;
+    let row = |f: &dyn Fn(usize) -> f32| -> Vec<f32> { (0..vocab).map(f).collect() };
+    let valid = [
+        row(&|j| {
+            if j == 3_001 || j == 4_990 {
+                2.0
+            } else {
+                (j % 7) as f32 * 0.1
+            }
+        }),
+        row(&|j| {
+            if j == 7 || j == 4_999 || j == 2_048 {
+                1.5
+            } else {
+                -1.0
+            }
+        }),
+        row(&|_| 0.25),
+        row(&|j| if j == 0 { -0.0 } else { 0.0 }),
+        row(&|j| match j {
+            900 | 901 => 1.0,
+            _ if j % 2 == 0 => f32::NEG_INFINITY,
+            _ => 0.5,
+        }),
+        // Sums that overflow: valid rows that only the full check can clear.
+        row(&|j| if j % 3 == 0 { 3e38 } else { 1e38 }),
+        row(&|j| match j {
+            4_321 => -1e38,
+            _ if j % 5 == 0 => f32::NEG_INFINITY,
+            _ => -3e38,
+        }),
+        row(&|j| match j {
+            17 => 3e38,
+            _ if j % 2 == 0 => f32::NEG_INFINITY,
+            _ => 2e38,
+        }),
+    ];
+    let flat: Vec<f32> = valid.iter().flatten().copied().collect();
+    let rows = valid.len();
+    let want: Vec<u32> = valid
+        .iter()
+        .map(|r| reference::argmax(&r.iter().map(|&x| f64::from(x)).collect::<Vec<_>>()) as u32)
+        .collect();
+    let greedy = SamplingConfig::greedy();
+    let got = sampling::sample_logits(
+        tensor::<B>(&flat, rows, vocab, device),
+        &greedy,
+        &mut SpecRng::new(0),
+        Source::Target,
+    )
+    .unwrap();
+    assert_eq!(got, want);
+    let one_hot = read_rows(
+        sampling::probabilities(tensor::<B>(&flat, rows, vocab, device), &greedy).unwrap(),
+    );
+    for (row, &token) in one_hot.iter().zip(&want) {
+        let hot: Vec<usize> = (0..vocab).filter(|&j| row[j] != 0.0).collect();
+        assert_eq!(hot, vec![token as usize]);
+        assert_eq!(row[token as usize], 1.0);
+    }
+
+    let invalid = [
+        row(&|_| f32::NEG_INFINITY),
+        row(&|j| if j == 4_000 { f32::NAN } else { 1.0 }),
+        row(&|j| if j == 10 { f32::INFINITY } else { 1.0 }),
+        row(&|j| {
+            if j == 10 {
+                f32::INFINITY
+            } else {
+                f32::NEG_INFINITY
+            }
+        }),
+        row(&|j| if j == 2 { f32::NAN } else { f32::NEG_INFINITY }),
+    ];
+    for (case, bad) in invalid.iter().enumerate() {
+        // The bad row second, after a valid one.
+        let logits: Vec<f32> = valid[0].iter().chain(bad).copied().collect();
+        let err = sampling::sample_logits(
+            tensor::<B>(&logits, 2, vocab, device),
+            &greedy,
+            &mut SpecRng::new(0),
+            Source::Draft,
+        );
+        assert_eq!(
+            err,
+            Err(SpecError::NonFiniteLogits {
+                what: Source::Draft,
+                row: 1
+            }),
+            "invalid row {case}"
+        );
+        let probs = read_rows(
+            sampling::probabilities(tensor::<B>(&logits, 2, vocab, device), &greedy).unwrap(),
+        );
+        assert!(probs[1].iter().all(|p| p.is_nan()), "invalid row {case}");
+        assert!(probs[0].iter().all(|p| !p.is_nan()), "invalid row {case}");
+    }
+}
+
+/// Truncation on rows where the candidate pre-filter and the tie rule matter: flat rows, many
+/// ties at every cut-off, a point mass, a flat background under a few strong tokens, `top_p = 1`.
+fn check_truncation_edges<B: Backend>(device: &B::Device) {
+    let mut rng = ChaCha8Rng::seed_from_u64(17);
+    let vocab = 4_999;
+    let flat = vec![0.5f32; vocab];
+    let levels: Vec<f32> = (0..vocab).map(|_| rng.random_range(0..4) as f32).collect();
+    let mut one_hot = vec![f32::NEG_INFINITY; vocab];
+    one_hot[2_500] = 1.0;
+    let mut peaked: Vec<f32> = (0..vocab).map(|_| rng.random_range(-4.0f32..4.0)).collect();
+    for _ in 0..8 {
+        let at = rng.random_range(0..vocab);
+        peaked[at] += rng.random_range(6.0f32..12.0);
+    }
+    let rows = [&flat, &levels, &one_hot, &peaked];
+    let logits: Vec<f32> = rows.iter().flat_map(|r| r.iter().copied()).collect();
+    let t = SamplingConfig::with_temperature;
+    for config in [
+        t(1.0).top_p(0.9),
+        t(0.7).top_p(0.9),
+        t(1.0).top_p(1.0),
+        t(1.0).top_p(0.3),
+        t(1.0).top_p(0.999_999),
+        t(1.0).top_k(2),
+        // Not 0.5: on the flat row that lands exactly on 500 of the 1,000 tokens, a tie
+        // that f32 and f64 rounding may break differently.
+        t(1.0).top_k(1_000).top_p(0.5005),
+        t(1.0).min_p(0.5),
+        t(1.0).top_p(0.95).min_p(0.01),
+    ] {
+        let got = read_rows(
+            sampling::probabilities(tensor::<B>(&logits, rows.len(), vocab, device), &config)
+                .unwrap(),
+        );
+        for (row, (got, logits)) in got.iter().zip(rows_f64(&logits, vocab)).enumerate() {
+            let want = reference::probabilities(&logits, &config, Source::Target, row).unwrap();
+            let kept = |p: &[f64]| (0..vocab).filter(|&j| p[j] > 0.0).collect::<Vec<_>>();
+            assert_eq!(kept(got), kept(&want), "{config:?} row {row}");
+            let within = got.iter().zip(&want).all(|(a, b)| (a - b).abs() < 2e-6);
+            assert!(within, "{config:?} row {row}");
+        }
+    }
+}
+
 macro_rules! backend_tests {
     ($name:ident, $backend:ty, $device:expr, $cases:expr) => {
         mod $name {
@@ -367,6 +513,16 @@ macro_rules! backend_tests {
             #[test]
             fn bad_input_is_a_typed_error() {
                 check_errors::<B>(&$device);
+            }
+
+            #[test]
+            fn greedy_ties_and_validity_edges() {
+                check_greedy_edges::<B>(&$device);
+            }
+
+            #[test]
+            fn truncation_edges_match_reference() {
+                check_truncation_edges::<B>(&$device);
             }
 
             #[test]

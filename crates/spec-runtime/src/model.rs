@@ -6,9 +6,12 @@
 //! of drafts and a token tree, and can run a range of layers only (early exit).
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use burn::module::{Module, Param};
-use burn::tensor::{Int, Tensor, TensorData, activation, backend::Backend};
+use burn::tensor::{DType, Int, Tensor, TensorData, activation, backend::Backend};
+use spec_kernels::PackedMatrix;
+pub use spec_kernels::WeightFormat;
 
 use crate::cache::KvCache;
 use crate::config::ModelConfig;
@@ -16,21 +19,163 @@ use crate::error::{Result, RuntimeError};
 use crate::weights::{HostTensor, WeightSource};
 
 /// A dense projection `y = x Wᵀ + b` with `W` stored `[out, in]`.
+///
+/// On the flex (CPU) backend a projection may also hold a host copy of its weights packed for
+/// `spec-kernels`' skinny product, which serves inputs of at most [`SKINNY_MAX_ROWS`] rows (a
+/// decode or verification step) at close to memory bandwidth; longer inputs (prefill) and other
+/// backends use burn's matmul. The copy is made at load ([`LoadOptions::skinny_format`]) and
+/// is not updated if `weight` is replaced afterwards: call [`Linear::pack`] again, or set
+/// `skinny` to `None`.
 #[derive(Module, Debug)]
 pub struct Linear<B: Backend> {
     /// `[out_features, in_features]`.
     pub weight: Param<Tensor<B, 2>>,
     /// `[out_features]`.
     pub bias: Option<Param<Tensor<B, 1>>>,
+    /// The packed host copy the skinny path reads; `None` runs burn's matmul for every input.
+    #[module(skip)]
+    pub skinny: Option<Arc<SkinnyLinear>>,
+}
+
+/// Inputs of at most this many rows take a [`Linear`]'s skinny path (when it has one).
+pub const SKINNY_MAX_ROWS: usize = 16;
+
+/// A projection's weights (and bias) on the host, packed for the skinny product.
+#[derive(Debug)]
+pub struct SkinnyLinear {
+    pub matrix: PackedMatrix,
+    pub bias: Option<Vec<f32>>,
+}
+
+impl SkinnyLinear {
+    /// Packs `weight` `[out, in]` (row-major) and `bias` `[out]`.
+    pub fn new(
+        weight: &[f32],
+        out_features: usize,
+        in_features: usize,
+        bias: Option<Vec<f32>>,
+        format: WeightFormat,
+    ) -> Result<Self> {
+        let matrix = PackedMatrix::pack(weight, out_features, in_features, format)
+            .map_err(|e| RuntimeError::InvalidConfig(format!("packing a projection: {e}")))?;
+        Ok(Self { matrix, bias })
+    }
+
+    /// `[n, in] -> [n, out]` on the host, or `None` when `x` is not host f32 data of the right
+    /// width (the caller then runs burn's matmul).
+    fn forward<B: Backend>(&self, x: &Tensor<B, 2>) -> Option<Tensor<B, 2>> {
+        let [n, k] = x.dims();
+        if k != self.matrix.cols() || x.dtype() != DType::F32 {
+            return None;
+        }
+        let data = x.clone().into_data();
+        let xs = data.as_slice::<f32>().ok()?;
+        let out = self.matrix.rows();
+        let mut y = vec![0.0f32; n * out];
+        self.matrix.matmul_into(xs, n, &mut y).ok()?;
+        if let Some(bias) = &self.bias {
+            for row in y.chunks_exact_mut(out) {
+                for (v, b) in row.iter_mut().zip(bias) {
+                    *v += b;
+                }
+            }
+        }
+        Some(Tensor::from_data(TensorData::new(y, [n, out]), &x.device()))
+    }
+}
+
+/// Whether `B` is the flex backend, whose tensors live in host memory: the only backend the
+/// skinny path serves (elsewhere reading the activations back would cost more than it saves).
+fn is_flex<B: Backend>() -> bool {
+    #[cfg(feature = "flex")]
+    {
+        std::any::TypeId::of::<B>() == std::any::TypeId::of::<burn::backend::Flex>()
+    }
+    #[cfg(not(feature = "flex"))]
+    {
+        false
+    }
 }
 
 impl<B: Backend> Linear<B> {
+    /// A projection from host weights `[out, in]` and bias `[out]`, with a skinny copy in
+    /// `skinny_format` when `B` is flex.
+    pub fn from_host(
+        weight: HostTensor,
+        bias: Option<HostTensor>,
+        skinny_format: Option<WeightFormat>,
+        device: &B::Device,
+    ) -> Result<Self> {
+        let skinny = match (skinny_format, weight.shape.as_slice()) {
+            (Some(format), &[out, inp]) if is_flex::<B>() => Some(Arc::new(SkinnyLinear::new(
+                &weight.data,
+                out,
+                inp,
+                bias.as_ref().map(|b| b.data.clone()),
+                format,
+            )?)),
+            _ => None,
+        };
+        Ok(Self {
+            weight: Param::from_tensor(weight.into_tensor::<B, 2>(device)),
+            bias: bias.map(|b| Param::from_tensor(b.into_tensor::<B, 1>(device))),
+            skinny,
+        })
+    }
+
+    /// (Re)builds the skinny copy from the current `weight` and `bias` (flex only; elsewhere
+    /// clears it).
+    pub fn pack(&mut self, format: WeightFormat) -> Result<()> {
+        self.skinny = if is_flex::<B>() {
+            let [out, inp] = self.weight.val().dims();
+            let weight = host_f32(self.weight.val())?;
+            let bias = self.bias.as_ref().map(|b| host_f32(b.val())).transpose()?;
+            Some(Arc::new(SkinnyLinear::new(
+                &weight, out, inp, bias, format,
+            )?))
+        } else {
+            None
+        };
+        Ok(())
+    }
+
     /// `[n, in] -> [n, out]`.
     pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        if let Some(skinny) = &self.skinny
+            && x.dims()[0] <= SKINNY_MAX_ROWS
+            && let Some(y) = skinny.forward(&x)
+        {
+            return y;
+        }
         let y = x.matmul(self.weight.val().transpose());
         match &self.bias {
             Some(b) => y + b.val().unsqueeze::<2>(),
             None => y,
+        }
+    }
+}
+
+fn host_f32<B: Backend, const D: usize>(t: Tensor<B, D>) -> Result<Vec<f32>> {
+    t.into_data()
+        .convert::<f32>()
+        .into_vec::<f32>()
+        .map_err(|e| RuntimeError::InvalidConfig(format!("reading weights back: {e:?}")))
+}
+
+/// How [`Transformer::load_with`] prepares the weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// On the flex backend, keep a host copy of every projection and of the output head packed
+    /// in this format for inputs of at most [`SKINNY_MAX_ROWS`] rows (f32 by default: exact, at
+    /// the cost of holding the projection weights twice; `Bf16` and `Q8_0` round the weights
+    /// that path uses). `None` runs burn's matmul everywhere. Ignored on other backends.
+    pub skinny_format: Option<WeightFormat>,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        Self {
+            skinny_format: Some(WeightFormat::F32),
         }
     }
 }
@@ -282,6 +427,9 @@ pub struct Transformer<B: Backend> {
     pub norm: RmsNorm<B>,
     /// `None` when the head is tied to the embedding.
     pub lm_head: Option<Linear<B>>,
+    /// The tied head's skinny copy of `embedding` (see [`Linear`]); `None` when untied or off.
+    #[module(skip)]
+    pub tied_head: Option<Arc<SkinnyLinear>>,
     /// Rotary tables `[max_positions, head_dim / 2]`; constants, not trained.
     pub rope_cos: Tensor<B, 2>,
     pub rope_sin: Tensor<B, 2>,
@@ -289,11 +437,22 @@ pub struct Transformer<B: Backend> {
 }
 
 impl<B: Backend> Transformer<B> {
-    /// Builds the model from `source`, checking every tensor's shape against `config`.
+    /// Builds the model from `source`, checking every tensor's shape against `config`, with the
+    /// default [`LoadOptions`].
     pub fn load(
         config: &ModelConfig,
         source: &mut dyn WeightSource,
         device: &B::Device,
+    ) -> Result<Self> {
+        Self::load_with(config, source, device, LoadOptions::default())
+    }
+
+    /// [`Transformer::load`] with explicit options.
+    pub fn load_with(
+        config: &ModelConfig,
+        source: &mut dyn WeightSource,
+        device: &B::Device,
+        options: LoadOptions,
     ) -> Result<Self> {
         config.validate()?;
         let (hd, h, kv, ff) = (
@@ -316,19 +475,31 @@ impl<B: Backend> Transformer<B> {
         let param2 = |t: HostTensor| Param::from_tensor(t.into_tensor::<B, 2>(device));
         let param1 = |t: HostTensor| Param::from_tensor(t.into_tensor::<B, 1>(device));
 
-        let embedding = param2(get("model.embed_tokens.weight", &[config.vocab_size, hd])?);
+        let skinny_format = options.skinny_format.filter(|_| is_flex::<B>());
+        let embedding = get("model.embed_tokens.weight", &[config.vocab_size, hd])?;
+        let tied_head = match skinny_format {
+            Some(format) if config.tie_word_embeddings => Some(Arc::new(SkinnyLinear::new(
+                &embedding.data,
+                config.vocab_size,
+                hd,
+                None,
+                format,
+            )?)),
+            _ => None,
+        };
+        let embedding = param2(embedding);
         let mut blocks = Vec::with_capacity(config.num_layers);
         for i in 0..config.num_layers {
             let p = format!("model.layers.{i}");
             let mut linear =
                 |name: &str, out: usize, inp: usize, bias: bool| -> Result<Linear<B>> {
-                    let weight = param2(get(&format!("{p}.{name}.weight"), &[out, inp])?);
+                    let weight = get(&format!("{p}.{name}.weight"), &[out, inp])?;
                     let bias = if bias {
-                        Some(param1(get(&format!("{p}.{name}.bias"), &[out])?))
+                        Some(get(&format!("{p}.{name}.bias"), &[out])?)
                     } else {
                         None
                     };
-                    Ok(Linear { weight, bias })
+                    Linear::from_host(weight, bias, skinny_format, device)
                 };
             let attention = Attention {
                 q_proj: linear("self_attn.q_proj", h, hd, config.qkv_bias)?,
@@ -365,10 +536,12 @@ impl<B: Backend> Transformer<B> {
         let lm_head = if config.tie_word_embeddings {
             None
         } else {
-            Some(Linear {
-                weight: param2(get("lm_head.weight", &[config.vocab_size, hd])?),
-                bias: None,
-            })
+            Some(Linear::from_host(
+                get("lm_head.weight", &[config.vocab_size, hd])?,
+                None,
+                skinny_format,
+                device,
+            )?)
         };
         let (rope_cos, rope_sin) = rope_tables(config, device);
         Ok(Self {
@@ -376,6 +549,7 @@ impl<B: Backend> Transformer<B> {
             blocks,
             norm,
             lm_head,
+            tied_head,
             rope_cos,
             rope_sin,
             vocab_size: config.vocab_size,
@@ -542,9 +716,13 @@ impl<B: Backend> Transformer<B> {
     /// early-exit drafting, which applies it to an intermediate layer's output.
     pub fn logits(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
         let x = self.norm.forward(x);
-        match &self.lm_head {
-            Some(head) => head.forward(x),
-            None => x.matmul(self.embedding.val().transpose()),
+        match (&self.lm_head, &self.tied_head) {
+            (Some(head), _) => head.forward(x),
+            (None, Some(tied)) if x.dims()[0] <= SKINNY_MAX_ROWS => match tied.forward(&x) {
+                Some(y) => y,
+                None => x.matmul(self.embedding.val().transpose()),
+            },
+            (None, _) => x.matmul(self.embedding.val().transpose()),
         }
     }
 

@@ -1,0 +1,1569 @@
+//! `spec bench`: every method against plain decoding, per prompt category, in the manner of
+//! Spec-Bench (Xia et al. 2024). See `docs/bench-report.md` for the report's schema and
+//! `docs/benchmarks.md` ("cargo xtask bench") for how to run it.
+//!
+//! Metrics, per method and category, over the run's records:
+//! - τ = tokens produced ÷ target verification forwards (each forward yields the accepted drafts
+//!   plus the target's own token, so plain decoding has τ = 1);
+//! - α = accepted drafts ÷ drafted tokens;
+//! - tok/s = the mean over prompts of `new tokens ÷ wall seconds` (prefill included);
+//! - speedup = that mean ÷ the same mean of plain decoding on the same target, prompts and run.
+//!
+//! Greedy runs (temperature 0) also check losslessness: each method's tokens must equal plain
+//! decoding's on the same prompt and repeat; any difference is a mismatch and makes the command
+//! fail after writing the report.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, bail};
+use burn::tensor::backend::Backend;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::{Deserialize, Serialize};
+use spec_core::sampling::SamplingConfig;
+use spec_engine::{Drafter, generate_speculative};
+use spec_runtime::{GenerateOptions, StopReason, load::load_model};
+use spec_tokenizer::{Message, TextTokenizer};
+
+use crate::methods::BenchMethod;
+use crate::{BackendName, load_tokenizer, make_drafter};
+
+/// The project's prompt set (Spec-Bench's `question.jsonl` format), built into the binary.
+const DEFAULT_PROMPTS: &str = include_str!("../../../benches/prompts/spec-bench-mini.jsonl");
+const DEFAULT_PROMPTS_NAME: &str = "benches/prompts/spec-bench-mini.jsonl";
+
+/// The default target of methods without a draft model, and of `--quick`.
+const SMALL_TARGET: &str = "smollm2-135m";
+/// The default target and draft of methods that use a draft model (`sampling`).
+const DRAFT_PAIR: (&str, &str) = ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b");
+
+/// Default run: methods, new tokens, prompts per category (see `docs/benchmarks.md` for why).
+const DEFAULT_METHODS: &str = "plain,prompt-lookup,bigram,sampling";
+const DEFAULT_MAX_NEW_TOKENS: usize = 48;
+const DEFAULT_PER_CATEGORY: usize = 2;
+/// Targets of draft-model methods (Qwen2.5-Coder 1.5B by default) decode ~0.3 tok/s on the
+/// reference 2-core CPU today, so their groups default to one prompt per category and fewer
+/// tokens to keep the default run within 15 minutes.
+const DRAFT_GROUP_MAX_NEW_TOKENS: usize = 16;
+const DRAFT_GROUP_PER_CATEGORY: usize = 1;
+/// `--quick`: one prompt per category, fewer tokens, the n-gram methods on SmolLM2.
+const QUICK_METHODS: &str = "plain,prompt-lookup";
+const QUICK_MAX_NEW_TOKENS: usize = 32;
+/// New tokens of each method's warm-up generation.
+const WARMUP_TOKENS: usize = 4;
+
+/// Arguments of `spec bench`.
+#[derive(clap::Args, Debug)]
+pub(crate) struct BenchArgs {
+    /// `TARGET[,DRAFT]` (reference names or paths) for every method. Default: SmolLM2-135M for
+    /// methods without a draft model, Qwen2.5-Coder 1.5B with the 0.5B draft for `sampling`.
+    #[arg(long, value_name = "TARGET[,DRAFT]")]
+    models: Option<String>,
+    /// Comma-separated method specs, `NAME[:KEY=VALUE]...`, keys k, draft, target, ngram-max,
+    /// ngram-min, bigram; e.g. `plain,prompt-lookup,sampling:k=auto,bigram:k=3`. Plain decoding
+    /// always runs as the baseline. Default: plain,prompt-lookup,bigram,sampling (those this build
+    /// lacks, or bigram without `--bigram`, are skipped with a note).
+    #[arg(long)]
+    methods: Option<String>,
+    /// New tokens per generation (default 48, 16 on the targets of draft-model methods; 32 with
+    /// --quick).
+    #[arg(long)]
+    max_new_tokens: Option<usize>,
+    /// 0 means greedy (and checks every method against plain decoding).
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f64,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    #[arg(long, value_enum, default_value = "flex")]
+    pub(crate) backend: BackendName,
+    /// Runs of every (method, prompt) pair.
+    #[arg(long, default_value_t = 1)]
+    repeats: usize,
+    /// A short smoke run: one prompt per category, 32 new tokens, plain and prompt-lookup on
+    /// SmolLM2 (unless --methods/--models/--max-new-tokens say otherwise).
+    #[arg(long)]
+    quick: bool,
+    /// A Spec-Bench `question.jsonl` (`question_id`, `category`, `turns`). Default: the
+    /// project's set, `benches/prompts/spec-bench-mini.jsonl`.
+    #[arg(long, value_name = "FILE")]
+    prompts: Option<PathBuf>,
+    /// Use every turn of each question as its own prompt (default: the first turn only).
+    #[arg(long)]
+    all_turns: bool,
+    /// At most this many questions of each category (default 2, 1 on the targets of draft-model
+    /// methods; 1 with --quick; 0 = all).
+    #[arg(long)]
+    per_category: Option<usize>,
+    /// The bigram model file for `bigram` methods that name none.
+    #[arg(long, value_name = "FILE")]
+    bigram: Option<PathBuf>,
+    /// Where to write report.md, report.json and the plots (default: bench-out/<UTC time>).
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Print the reference models this run needs, one per line, and exit.
+    #[arg(long)]
+    list_models: bool,
+}
+
+/// One method on one target, as the run uses it.
+struct PlannedMethod {
+    method: BenchMethod,
+    draft: Option<String>,
+}
+
+/// The plan: methods grouped by target (plain first in each group), prompts, settings.
+struct Plan {
+    groups: Vec<(String, Vec<PlannedMethod>)>,
+    skipped: Vec<String>,
+    methods_defaulted: bool,
+    max_new_tokens: usize,
+}
+
+fn plan(args: &BenchArgs) -> Result<Plan> {
+    let methods_defaulted = args.methods.is_none();
+    let methods_text = args.methods.clone().unwrap_or_else(|| {
+        if args.quick {
+            QUICK_METHODS
+        } else {
+            DEFAULT_METHODS
+        }
+        .to_owned()
+    });
+    let methods = BenchMethod::parse_list(&methods_text)?;
+    let models = match &args.models {
+        None => None,
+        Some(text) => {
+            let mut parts = text.split(',').map(str::trim);
+            let target = parts.next().filter(|t| !t.is_empty());
+            let draft = parts.next().filter(|d| !d.is_empty());
+            match (target, parts.next()) {
+                (Some(t), None) => Some((t.to_owned(), draft.map(str::to_owned))),
+                _ => bail!("--models takes TARGET or TARGET,DRAFT, got `{text}`"),
+            }
+        }
+    };
+    let mut skipped = Vec::new();
+    let mut groups: Vec<(String, Vec<PlannedMethod>)> = Vec::new();
+    let mut plain = None;
+    for mut method in methods {
+        // Plain decoding without a target of its own is every group's baseline, added below.
+        if method.is_plain() && method.target.is_none() {
+            plain = Some(method);
+            continue;
+        }
+        if method.spec.method == "bigram" && method.spec.bigram.is_none() {
+            method.spec.bigram = args.bigram.clone();
+            if method.spec.bigram.is_none() && methods_defaulted {
+                skipped.push(format!(
+                    "`{}`: no bigram model given (pass --bigram FILE)",
+                    method.label
+                ));
+                continue;
+            }
+        }
+        let uses_draft = uses_draft_model(&method.spec.method);
+        let (target, draft) = match (&method.target, &models) {
+            (Some(t), _) => (t.clone(), None),
+            (None, Some((t, d))) => (t.clone(), d.clone()),
+            (None, None) if uses_draft && !args.quick => {
+                (DRAFT_PAIR.0.to_owned(), Some(DRAFT_PAIR.1.to_owned()))
+            }
+            (None, None) => (SMALL_TARGET.to_owned(), None),
+        };
+        if uses_draft && method.spec.draft_model.is_none() {
+            method.spec.draft_model = draft.or_else(|| Some(DRAFT_PAIR.1.to_owned()));
+        }
+        let draft = method.spec.draft_model.clone().filter(|_| uses_draft);
+        let planned = PlannedMethod { method, draft };
+        match groups.iter_mut().find(|(t, _)| *t == target) {
+            Some((_, list)) => list.push(planned),
+            None => groups.push((target, vec![planned])),
+        }
+    }
+    if groups.is_empty() {
+        let target = models.map_or_else(|| SMALL_TARGET.to_owned(), |(t, _)| t);
+        groups.push((target, Vec::new()));
+    }
+    let plain = match plain {
+        Some(p) => p,
+        None => BenchMethod::parse("plain")?,
+    };
+    // Plain decoding is every target's baseline: first in its group, added where not listed.
+    for (_, list) in &mut groups {
+        match list.iter().position(|m| m.method.is_plain()) {
+            Some(i) => {
+                let plain = list.remove(i);
+                list.insert(0, plain);
+            }
+            None => list.insert(
+                0,
+                PlannedMethod {
+                    method: plain.clone(),
+                    draft: None,
+                },
+            ),
+        }
+    }
+    let max_new_tokens = args.max_new_tokens.unwrap_or(if args.quick {
+        QUICK_MAX_NEW_TOKENS
+    } else {
+        DEFAULT_MAX_NEW_TOKENS
+    });
+    if args.max_new_tokens == Some(0) {
+        bail!("--max-new-tokens must be at least 1");
+    }
+    if args.repeats == 0 {
+        bail!("--repeats must be at least 1");
+    }
+    Ok(Plan {
+        groups,
+        skipped,
+        methods_defaulted,
+        max_new_tokens,
+    })
+}
+
+/// New tokens and questions per category of one target's group: the flags, else the defaults
+/// (smaller for the slow targets of draft-model methods).
+fn group_limits(args: &BenchArgs, methods: &[PlannedMethod]) -> (usize, usize) {
+    let heavy = !args.quick
+        && methods
+            .iter()
+            .any(|m| uses_draft_model(&m.method.spec.method));
+    let max_new_tokens = args.max_new_tokens.unwrap_or(match (args.quick, heavy) {
+        (true, _) => QUICK_MAX_NEW_TOKENS,
+        (false, true) => DRAFT_GROUP_MAX_NEW_TOKENS,
+        (false, false) => DEFAULT_MAX_NEW_TOKENS,
+    });
+    let per_category = args.per_category.unwrap_or(match (args.quick, heavy) {
+        (true, _) | (false, true) => DRAFT_GROUP_PER_CATEGORY,
+        (false, false) => DEFAULT_PER_CATEGORY,
+    });
+    (max_new_tokens, per_category)
+}
+
+/// The prompts of a group: those of the first `per_category` questions of each category (0 =
+/// all).
+fn select_prompts(prompts: &[BenchPrompt], per_category: usize) -> Vec<usize> {
+    let mut questions: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    let mut out = Vec::new();
+    for (i, p) in prompts.iter().enumerate() {
+        let seen = questions.entry(&p.category).or_default();
+        if !seen.contains(&p.question_id.as_str()) {
+            if per_category > 0 && seen.len() >= per_category {
+                continue;
+            }
+            seen.push(&p.question_id);
+        }
+        out.push(i);
+    }
+    out
+}
+
+/// Methods that run a neural draft model; they get the default draft model and, without
+/// `--models`, the default target/draft pair.
+fn uses_draft_model(method: &str) -> bool {
+    matches!(method, "sampling")
+}
+
+/// A prompt of the run.
+#[derive(Debug, Clone, Serialize)]
+struct BenchPrompt {
+    question_id: String,
+    category: String,
+    /// 0-based turn of the question this prompt is.
+    turn: usize,
+    text: String,
+}
+
+/// A line of a Spec-Bench `question.jsonl`.
+#[derive(Deserialize)]
+struct Question {
+    question_id: serde_json::Value,
+    category: String,
+    turns: Vec<String>,
+}
+
+fn load_prompts(args: &BenchArgs) -> Result<(String, Vec<BenchPrompt>)> {
+    let (name, text) = match &args.prompts {
+        Some(path) => (
+            path.display().to_string(),
+            std::fs::read_to_string(path)
+                .with_context(|| format!("reading the prompts {}", path.display()))?,
+        ),
+        None => (DEFAULT_PROMPTS_NAME.to_owned(), DEFAULT_PROMPTS.to_owned()),
+    };
+    // Groups pick their own subsets (`select_prompts`); the largest cap is read here.
+    let per_category =
+        args.per_category
+            .unwrap_or(if args.quick { 1 } else { DEFAULT_PER_CATEGORY });
+    let prompts = parse_prompts(&text, per_category, args.all_turns)
+        .with_context(|| format!("in the prompts {name}"))?;
+    Ok((name, prompts))
+}
+
+/// Parses a `question.jsonl`; keeps at most `per_category` questions of each category (0 =
+/// all) in file order, and their first turn unless `all_turns`.
+fn parse_prompts(text: &str, per_category: usize, all_turns: bool) -> Result<Vec<BenchPrompt>> {
+    let mut taken: BTreeMap<String, usize> = BTreeMap::new();
+    let mut prompts = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let q: Question = serde_json::from_str(line).with_context(|| {
+            format!(
+                "line {}: not a question (`question_id`, `category`, `turns`)",
+                i + 1
+            )
+        })?;
+        let id = match &q.question_id {
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        if q.turns.is_empty() {
+            bail!("line {}: question {id} has no turns", i + 1);
+        }
+        let count = taken.entry(q.category.clone()).or_default();
+        if per_category > 0 && *count >= per_category {
+            continue;
+        }
+        *count += 1;
+        let turns = if all_turns { q.turns.len() } else { 1 };
+        for (turn, text) in q.turns.into_iter().take(turns).enumerate() {
+            prompts.push(BenchPrompt {
+                question_id: id.clone(),
+                category: q.category.clone(),
+                turn,
+                text,
+            });
+        }
+    }
+    if prompts.is_empty() {
+        bail!("no prompts");
+    }
+    Ok(prompts)
+}
+
+/// One generation's raw measurements (one element of `report.json`'s `runs`).
+#[derive(Debug, Clone, Serialize)]
+struct RunRecord {
+    target: String,
+    method: String,
+    method_name: String,
+    draft_model: Option<String>,
+    question_id: String,
+    category: String,
+    turn: usize,
+    repeat: usize,
+    prompt_tokens: usize,
+    new_tokens: usize,
+    stop_reason: StopReason,
+    wall_seconds: f64,
+    prompt_seconds: f64,
+    tokens_per_second: f64,
+    draft_seconds: f64,
+    target_seconds: f64,
+    steps: u64,
+    target_forwards: u64,
+    draft_forwards: u64,
+    drafted: u64,
+    accepted: u64,
+    produced: u64,
+    alpha: Option<f64>,
+    tau: Option<f64>,
+    drafted_by_position: Vec<u64>,
+    accepted_by_position: Vec<u64>,
+    rss_before_bytes: Option<u64>,
+    peak_rss_bytes: Option<u64>,
+    /// `generation`: the peak was reset just before this generation; `process`: it could not
+    /// be reset, so it is the process's peak so far.
+    peak_rss_scope: &'static str,
+    /// Greedy runs of non-plain methods: whether the tokens equal plain decoding's.
+    matches_plain: Option<bool>,
+    tokens: Vec<u32>,
+}
+
+/// A greedy method's first difference from plain decoding on one prompt.
+#[derive(Debug, Clone, Serialize)]
+struct Mismatch {
+    target: String,
+    method: String,
+    question_id: String,
+    turn: usize,
+    repeat: usize,
+    /// 0-based index into the new tokens.
+    position: usize,
+    plain_token: Option<u32>,
+    method_token: Option<u32>,
+    plain_text: String,
+    method_text: String,
+}
+
+/// Aggregates of one (target, method, category); `category` "all" covers every prompt.
+#[derive(Debug, Clone, Serialize)]
+struct Summary {
+    target: String,
+    method: String,
+    category: String,
+    runs: usize,
+    new_tokens: u64,
+    tokens_per_second: f64,
+    speedup: Option<f64>,
+    tau: Option<f64>,
+    alpha: Option<f64>,
+    acceptance_by_position: Vec<f64>,
+    mismatches: usize,
+    max_peak_rss_bytes: Option<u64>,
+}
+
+/// Where the run happened.
+#[derive(Debug, Clone, Serialize)]
+struct Machine {
+    cpu: String,
+    cores: usize,
+    memory_bytes: Option<u64>,
+    os: String,
+    backend: String,
+    gpu: Option<String>,
+}
+
+/// A loaded target model (for the report).
+#[derive(Debug, Clone, Serialize)]
+struct ModelInfo {
+    target: String,
+    path: String,
+    load_seconds: f64,
+    max_new_tokens: usize,
+    /// Indices into the report's `prompts` this target ran.
+    prompts: Vec<usize>,
+    methods: Vec<String>,
+    setup_seconds: BTreeMap<String, f64>,
+}
+
+/// The whole `report.json` (schema in `docs/bench-report.md`).
+#[derive(Debug, Serialize)]
+struct Report {
+    schema_version: u32,
+    started_unix: u64,
+    started_utc: String,
+    total_seconds: f64,
+    command: Vec<String>,
+    machine: Machine,
+    prompts_file: String,
+    prompts: Vec<BenchPrompt>,
+    temperature: f64,
+    seed: u64,
+    repeats: usize,
+    greedy: bool,
+    memory_metric: &'static str,
+    skipped_methods: Vec<String>,
+    models: Vec<ModelInfo>,
+    summaries: Vec<Summary>,
+    mismatches: Vec<Mismatch>,
+    runs: Vec<RunRecord>,
+}
+
+/// A target with its tokenizer, encoded prompts and drafters, ready to run.
+struct Group<B: Backend> {
+    target: String,
+    model: spec_runtime::LoadedModel<B>,
+    tokenizer: TextTokenizer,
+    /// (index into the run's prompts, tokens).
+    prompts: Vec<(usize, Vec<u32>)>,
+    max_new_tokens: usize,
+    methods: Vec<(PlannedMethod, Box<dyn Drafter<B>>)>,
+    info: ModelInfo,
+}
+
+/// Runs `spec bench`.
+pub(crate) fn run<B: Backend>(args: &BenchArgs, device: &B::Device) -> Result<()> {
+    let mut plan = plan(args)?;
+    if args.list_models {
+        let mut names = BTreeSet::new();
+        for (target, list) in &plan.groups {
+            names.insert(target.clone());
+            names.extend(list.iter().filter_map(|m| m.draft.clone()));
+        }
+        for name in names {
+            if spec_models::reference_model(&name).is_some() {
+                println!("{name}");
+            }
+        }
+        return Ok(());
+    }
+    let started = Instant::now();
+    let started_unix = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let (prompts_file, prompts) = load_prompts(args)?;
+    let sampling = SamplingConfig {
+        temperature: args.temperature,
+        seed: args.seed,
+        ..SamplingConfig::default()
+    };
+    sampling.validate().context("invalid sampling settings")?;
+    let greedy = args.temperature == 0.0;
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("bench-out").join(utc_stamp(started_unix, true)));
+    std::fs::create_dir_all(&out)
+        .with_context(|| format!("creating the output folder {}", out.display()))?;
+    for note in &plan.skipped {
+        eprintln!("spec bench: skipping {note}");
+    }
+
+    // Load every target and build every drafter before timing anything, so that a bad method
+    // name or a missing model fails up front.
+    let mut groups: Vec<Group<B>> = Vec::new();
+    for (target, methods) in std::mem::take(&mut plan.groups) {
+        eprintln!("spec bench: loading {target}");
+        let path = spec_models::resolve(&target)?;
+        let tokenizer = load_tokenizer(&path)?;
+        let t = Instant::now();
+        let model = load_model::<B>(&path, device)
+            .with_context(|| format!("loading {}", path.display()))?;
+        let load_seconds = t.elapsed().as_secs_f64();
+        if model.config.vocab_size < tokenizer.vocab_size() {
+            bail!(
+                "{target}: the tokenizer has {} tokens but the model only {}",
+                tokenizer.vocab_size(),
+                model.config.vocab_size
+            );
+        }
+        let (max_new_tokens, per_category) = group_limits(args, &methods);
+        let mut encoded = Vec::with_capacity(prompts.len());
+        for i in select_prompts(&prompts, per_category) {
+            let p = &prompts[i];
+            let text = tokenizer.apply_chat_template(&[Message::user(p.text.clone())], true)?;
+            let ids = tokenizer.encode(&text, true)?;
+            if ids.len() + max_new_tokens >= model.model.max_positions() {
+                bail!(
+                    "prompt {} has {} tokens: with {} new tokens it does not fit {target}'s \
+                     context of {}",
+                    p.question_id,
+                    ids.len(),
+                    max_new_tokens,
+                    model.model.max_positions()
+                );
+            }
+            encoded.push((i, ids));
+        }
+        let mut built = Vec::new();
+        let mut setup_seconds = BTreeMap::new();
+        for planned in methods {
+            let t = Instant::now();
+            match make_drafter(&planned.method.spec, &model, &tokenizer, device) {
+                Ok(drafter) => {
+                    setup_seconds.insert(planned.method.label.clone(), t.elapsed().as_secs_f64());
+                    built.push((planned, drafter));
+                }
+                // Methods the user did not name are optional; a build may lack some.
+                Err(e) if plan.methods_defaulted && is_unknown_method(&e) => {
+                    let note = format!("`{}`: {e}", planned.method.label);
+                    eprintln!("spec bench: skipping {note}");
+                    plan.skipped.push(note);
+                }
+                Err(e) => {
+                    return Err(e.context(format!(
+                        "setting up method `{}` on {target}",
+                        planned.method.label
+                    )));
+                }
+            }
+        }
+        let info = ModelInfo {
+            target: target.clone(),
+            path: path.display().to_string(),
+            load_seconds,
+            max_new_tokens,
+            prompts: encoded.iter().map(|(i, _)| *i).collect(),
+            methods: built.iter().map(|(m, _)| m.method.label.clone()).collect(),
+            setup_seconds,
+        };
+        groups.push(Group {
+            target,
+            model,
+            tokenizer,
+            prompts: encoded,
+            max_new_tokens,
+            methods: built,
+            info,
+        });
+    }
+    let mut options = GenerateOptions::new(plan.max_new_tokens, sampling);
+
+    // Warm-up: one short generation per method (and so per model) before timing.
+    for group in &mut groups {
+        options.stop_tokens = group.tokenizer.eos_ids().to_vec();
+        options.max_new_tokens = WARMUP_TOKENS.min(group.max_new_tokens);
+        options.cache_capacity = Some(cache_capacity(group));
+        let prompt = &group.prompts[0].1;
+        for (planned, drafter) in &mut group.methods {
+            eprintln!(
+                "spec bench: warming up {} on {}",
+                planned.method.label, group.target
+            );
+            generate_speculative(
+                &group.model.model,
+                drafter.as_mut(),
+                prompt,
+                &options,
+                &mut |_| {},
+            )
+            .with_context(|| format!("warming up {}", planned.method.label))?;
+        }
+    }
+
+    let total: usize = groups
+        .iter()
+        .map(|g| g.methods.len() * g.prompts.len())
+        .sum::<usize>()
+        * args.repeats;
+    let progress = progress_bar(total as u64);
+    let log_lines = !std::io::stderr().is_terminal();
+    let mut runs: Vec<RunRecord> = Vec::with_capacity(total);
+    let mut mismatches: Vec<Mismatch> = Vec::new();
+    let mut done = 0usize;
+    for group in &mut groups {
+        options.stop_tokens = group.tokenizer.eos_ids().to_vec();
+        options.max_new_tokens = group.max_new_tokens;
+        options.cache_capacity = Some(cache_capacity(group));
+        for repeat in 0..args.repeats {
+            for (i, prompt) in &group.prompts {
+                let p = &prompts[*i];
+                // Methods run back to back on each prompt, so load drift on a shared machine
+                // hits them alike.
+                let mut plain_tokens: Option<Vec<u32>> = None;
+                for (planned, drafter) in &mut group.methods {
+                    let label = &planned.method.label;
+                    progress.set_message(format!(
+                        "{} · {label} · {} ({})",
+                        group.target, p.question_id, p.category
+                    ));
+                    let reset = reset_peak_rss();
+                    let rss_before = read_status_kib("VmRSS:");
+                    let generation = generate_speculative(
+                        &group.model.model,
+                        drafter.as_mut(),
+                        prompt,
+                        &options,
+                        &mut |_| {},
+                    )
+                    .with_context(|| {
+                        format!("{label} on prompt {} ({})", p.question_id, group.target)
+                    })?;
+                    let peak = read_status_kib("VmHWM:");
+                    let m = &generation.metrics;
+                    let matches_plain = if planned.method.is_plain() {
+                        plain_tokens = Some(generation.tokens.clone());
+                        None
+                    } else if greedy {
+                        plain_tokens.as_ref().map(|plain| {
+                            let first = first_difference(plain, &generation.tokens);
+                            if let Some(position) = first {
+                                mismatches.push(Mismatch {
+                                    target: group.target.clone(),
+                                    method: label.clone(),
+                                    question_id: p.question_id.clone(),
+                                    turn: p.turn,
+                                    repeat,
+                                    position,
+                                    plain_token: plain.get(position).copied(),
+                                    method_token: generation.tokens.get(position).copied(),
+                                    plain_text: around(&group.tokenizer, plain, position),
+                                    method_text: around(
+                                        &group.tokenizer,
+                                        &generation.tokens,
+                                        position,
+                                    ),
+                                });
+                            }
+                            first.is_none()
+                        })
+                    } else {
+                        None
+                    };
+                    let record = RunRecord {
+                        target: group.target.clone(),
+                        method: label.clone(),
+                        method_name: planned.method.spec.method.clone(),
+                        draft_model: planned.draft.clone(),
+                        question_id: p.question_id.clone(),
+                        category: p.category.clone(),
+                        turn: p.turn,
+                        repeat,
+                        prompt_tokens: prompt.len(),
+                        new_tokens: generation.tokens.len(),
+                        stop_reason: generation.stats.stop_reason,
+                        wall_seconds: generation.stats.wall_seconds,
+                        prompt_seconds: generation.stats.prompt_seconds,
+                        tokens_per_second: generation.stats.tokens_per_second,
+                        draft_seconds: generation.draft_seconds,
+                        target_seconds: generation.target_seconds,
+                        steps: m.steps,
+                        target_forwards: m.target_forwards,
+                        draft_forwards: m.draft_forwards,
+                        drafted: m.drafted,
+                        accepted: m.accepted,
+                        produced: m.produced,
+                        alpha: m.alpha(),
+                        tau: m.tau(),
+                        drafted_by_position: m.by_position.iter().map(|c| c.drafted).collect(),
+                        accepted_by_position: m.by_position.iter().map(|c| c.accepted).collect(),
+                        rss_before_bytes: rss_before.map(|k| k * 1024),
+                        peak_rss_bytes: peak.map(|k| k * 1024),
+                        peak_rss_scope: if reset { "generation" } else { "process" },
+                        matches_plain,
+                        tokens: generation.tokens,
+                    };
+                    done += 1;
+                    progress.inc(1);
+                    if log_lines {
+                        eprintln!(
+                            "[{done}/{total}] {} · {label} · {} ({}): {} tokens, {:.1} tok/s{}",
+                            group.target,
+                            p.question_id,
+                            p.category,
+                            record.new_tokens,
+                            record.tokens_per_second,
+                            match record.matches_plain {
+                                Some(false) => ", DIFFERS FROM PLAIN",
+                                _ => "",
+                            }
+                        );
+                    }
+                    runs.push(record);
+                }
+            }
+        }
+    }
+    progress.finish_and_clear();
+
+    let categories = categories_in_order(&prompts);
+    let summaries = summarize(&runs, &categories);
+    let report = Report {
+        schema_version: 1,
+        started_unix,
+        started_utc: utc_stamp(started_unix, false),
+        total_seconds: started.elapsed().as_secs_f64(),
+        command: std::env::args().collect(),
+        machine: machine_info(args.backend),
+        prompts_file,
+        prompts,
+        temperature: args.temperature,
+        seed: args.seed,
+        repeats: args.repeats,
+        greedy,
+        memory_metric: "VmHWM of /proc/self/status after resetting it (clear_refs 5) just \
+                        before each generation: the process's peak resident memory during that \
+                        generation, model weights included",
+        skipped_methods: plan.skipped,
+        models: groups.iter().map(|g| g.info.clone()).collect(),
+        summaries,
+        mismatches,
+        runs,
+    };
+    let markdown = render_markdown(&report, &categories);
+    print!("{markdown}");
+    std::fs::write(out.join("report.md"), &markdown)
+        .with_context(|| format!("writing {}", out.join("report.md").display()))?;
+    std::fs::write(
+        out.join("report.json"),
+        serde_json::to_string_pretty(&report)?,
+    )
+    .with_context(|| format!("writing {}", out.join("report.json").display()))?;
+    crate::plots::speedup_svg(&out.join("speedup.svg"), &report_bars(&report, &categories))?;
+    crate::plots::acceptance_svg(&out.join("acceptance.svg"), &report_acceptance(&report))?;
+    eprintln!(
+        "spec bench: wrote {}/{{report.md, report.json, speedup.svg, acceptance.svg}} in {:.0} s",
+        out.display(),
+        report.total_seconds
+    );
+    if !report.mismatches.is_empty() {
+        bail!(
+            "{} greedy generation(s) differ from plain decoding (see the report's lossless \
+             check); speculative decoding must not change greedy output",
+            report.mismatches.len()
+        );
+    }
+    Ok(())
+}
+
+/// The target's cache only needs the longest prompt plus the new tokens (and a tree's worth of
+/// drafts); the model's full context would cost gigabytes for Qwen's 32k positions.
+fn cache_capacity<B: Backend>(group: &Group<B>) -> usize {
+    let longest = group
+        .prompts
+        .iter()
+        .map(|(_, p)| p.len())
+        .max()
+        .unwrap_or(0);
+    (longest + group.max_new_tokens + 256).min(group.model.model.max_positions())
+}
+
+/// `make_drafter`'s error for a method name it has no arm for.
+fn is_unknown_method(e: &anyhow::Error) -> bool {
+    e.to_string().starts_with("unknown method")
+}
+
+fn progress_bar(total: u64) -> ProgressBar {
+    let bar = ProgressBar::new(total);
+    if let Ok(style) =
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} eta {eta} {msg}")
+    {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar
+}
+
+/// The first index where `b` differs from `a` (a length difference counts).
+fn first_difference(a: &[u32], b: &[u32]) -> Option<usize> {
+    match a.iter().zip(b).position(|(x, y)| x != y) {
+        Some(i) => Some(i),
+        None if a.len() != b.len() => Some(a.len().min(b.len())),
+        None => None,
+    }
+}
+
+/// A few tokens around `position`, decoded, for the mismatch report.
+fn around(tokenizer: &TextTokenizer, tokens: &[u32], position: usize) -> String {
+    let start = position.saturating_sub(4);
+    let end = (position + 4).min(tokens.len());
+    if start >= end {
+        return String::new();
+    }
+    tokenizer
+        .decode(&tokens[start..end])
+        .unwrap_or_else(|_| format!("{:?}", &tokens[start..end]))
+}
+
+fn categories_in_order(prompts: &[BenchPrompt]) -> Vec<String> {
+    let mut seen = Vec::new();
+    for p in prompts {
+        if !seen.contains(&p.category) {
+            seen.push(p.category.clone());
+        }
+    }
+    seen
+}
+
+/// Per (target, method) and category, then "all".
+fn summarize(runs: &[RunRecord], categories: &[String]) -> Vec<Summary> {
+    let mut keys: Vec<(String, String)> = Vec::new();
+    for r in runs {
+        let key = (r.target.clone(), r.method.clone());
+        if !keys.contains(&key) {
+            keys.push(key);
+        }
+    }
+    let mut out = Vec::new();
+    for (target, method) in &keys {
+        let plain_label = runs
+            .iter()
+            .find(|r| r.target == *target && r.method_name == "plain")
+            .map(|r| r.method.clone());
+        for category in categories
+            .iter()
+            .map(String::as_str)
+            .chain(std::iter::once("all"))
+        {
+            let in_cat = |r: &&RunRecord| category == "all" || r.category == category;
+            let mine: Vec<&RunRecord> = runs
+                .iter()
+                .filter(|r| r.target == *target && r.method == *method)
+                .filter(in_cat)
+                .collect();
+            if mine.is_empty() {
+                continue;
+            }
+            let tps = mean(mine.iter().map(|r| r.tokens_per_second));
+            let plain_tps = plain_label.as_ref().map(|label| {
+                mean(
+                    runs.iter()
+                        .filter(|r| r.target == *target && r.method == *label)
+                        .filter(in_cat)
+                        .map(|r| r.tokens_per_second),
+                )
+            });
+            let sum = |f: fn(&RunRecord) -> u64| mine.iter().map(|r| f(r)).sum::<u64>();
+            let (produced, forwards) = (sum(|r| r.produced), sum(|r| r.target_forwards));
+            let (drafted, accepted) = (sum(|r| r.drafted), sum(|r| r.accepted));
+            let depth = mine
+                .iter()
+                .map(|r| r.drafted_by_position.len())
+                .max()
+                .unwrap_or(0);
+            let acceptance_by_position = (0..depth)
+                .map(|i| {
+                    let d: u64 = mine
+                        .iter()
+                        .map(|r| r.drafted_by_position.get(i).copied().unwrap_or(0))
+                        .sum();
+                    let a: u64 = mine
+                        .iter()
+                        .map(|r| r.accepted_by_position.get(i).copied().unwrap_or(0))
+                        .sum();
+                    if d == 0 { 0.0 } else { a as f64 / d as f64 }
+                })
+                .collect();
+            out.push(Summary {
+                target: target.clone(),
+                method: method.clone(),
+                category: category.to_owned(),
+                runs: mine.len(),
+                new_tokens: mine.iter().map(|r| r.new_tokens as u64).sum(),
+                tokens_per_second: tps,
+                speedup: plain_tps.filter(|p| *p > 0.0).map(|p| tps / p),
+                tau: (forwards > 0).then(|| produced as f64 / forwards as f64),
+                alpha: (drafted > 0).then(|| accepted as f64 / drafted as f64),
+                acceptance_by_position,
+                mismatches: mine
+                    .iter()
+                    .filter(|r| r.matches_plain == Some(false))
+                    .count(),
+                max_peak_rss_bytes: mine.iter().filter_map(|r| r.peak_rss_bytes).max(),
+            });
+        }
+    }
+    out
+}
+
+fn mean(values: impl Iterator<Item = f64>) -> f64 {
+    let (sum, n) = values.fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
+    if n == 0 { 0.0 } else { sum / n as f64 }
+}
+
+fn opt(value: Option<f64>, digits: usize) -> String {
+    value.map_or_else(|| "–".to_owned(), |v| format!("{v:.digits$}"))
+}
+
+fn render_markdown(report: &Report, categories: &[String]) -> String {
+    let mut s = String::new();
+    let m = &report.machine;
+    let _ = writeln!(s, "# spec bench — {}\n", report.started_utc);
+    let _ = writeln!(
+        s,
+        "- machine: {} ({} cores{}), {}; backend {}; GPU: {}",
+        m.cpu,
+        m.cores,
+        m.memory_bytes
+            .map(|b| format!(", {:.1} GiB", b as f64 / (1u64 << 30) as f64))
+            .unwrap_or_default(),
+        m.os,
+        m.backend,
+        m.gpu.as_deref().unwrap_or("none")
+    );
+    let _ = writeln!(
+        s,
+        "- prompts: {} from `{}` ({} categories); temperature {}{}; seed {}; repeats {}",
+        report.prompts.len(),
+        report.prompts_file,
+        categories.len(),
+        report.temperature,
+        if report.greedy { " (greedy)" } else { "" },
+        report.seed,
+        report.repeats
+    );
+    for model in &report.models {
+        let _ = writeln!(
+            s,
+            "- target `{}` ({}), loaded in {:.1} s: {} prompts, {} new tokens each; {}",
+            model.target,
+            model.path,
+            model.load_seconds,
+            model.prompts.len(),
+            model.max_new_tokens,
+            model.methods.join(", ")
+        );
+    }
+    for note in &report.skipped_methods {
+        let _ = writeln!(s, "- skipped {note}");
+    }
+    let _ = writeln!(
+        s,
+        "- total time {:.0} s\n\nspeedup = mean per-prompt tok/s ÷ plain decoding's on the same \
+         target; τ = tokens per target forward; α = accepted ÷ drafted; tok/s includes prefill.\n",
+        report.total_seconds
+    );
+
+    let _ = writeln!(s, "## Speedup by category\n");
+    let _ = write!(s, "| target | method |");
+    for c in categories {
+        let _ = write!(s, " {c} |");
+    }
+    let _ = writeln!(s, " all |");
+    let _ = writeln!(s, "|---|---|{}---|", "---|".repeat(categories.len()));
+    let mut keys: Vec<(&str, &str)> = Vec::new();
+    for x in &report.summaries {
+        if !keys.contains(&(x.target.as_str(), x.method.as_str())) {
+            keys.push((&x.target, &x.method));
+        }
+    }
+    let find = |t: &str, me: &str, c: &str| {
+        report
+            .summaries
+            .iter()
+            .find(|x| x.target == t && x.method == me && x.category == c)
+    };
+    for (t, me) in &keys {
+        let _ = write!(s, "| {t} | {me} |");
+        for c in categories.iter().map(String::as_str).chain(["all"]) {
+            let cell = find(t, me, c).map_or("–".to_owned(), |x| {
+                x.speedup.map_or("–".into(), |v| format!("{v:.2}×"))
+            });
+            let _ = write!(s, " {cell} |");
+        }
+        let _ = writeln!(s);
+    }
+
+    let _ = writeln!(s, "\n## Details\n");
+    let _ = writeln!(
+        s,
+        "| target | method | category | speedup | τ | α | tok/s | mismatches | runs | peak RSS MiB |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|");
+    for x in &report.summaries {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {:.2} | {} | {} | {} |",
+            x.target,
+            x.method,
+            x.category,
+            x.speedup.map_or("–".into(), |v| format!("{v:.2}×")),
+            opt(x.tau, 2),
+            opt(x.alpha, 2),
+            x.tokens_per_second,
+            if report.greedy && !x.method.starts_with("plain") {
+                x.mismatches.to_string()
+            } else {
+                "–".into()
+            },
+            x.runs,
+            x.max_peak_rss_bytes
+                .map_or("–".into(), |b| format!("{:.0}", b as f64 / 1048576.0)),
+        );
+    }
+
+    let drafting: Vec<&Summary> = report
+        .summaries
+        .iter()
+        .filter(|x| x.category == "all" && !x.acceptance_by_position.is_empty())
+        .collect();
+    if !drafting.is_empty() {
+        let _ = writeln!(s, "\n## Acceptance by draft position (all prompts)\n");
+        let depth = drafting
+            .iter()
+            .map(|x| x.acceptance_by_position.len())
+            .max()
+            .unwrap_or(0)
+            .min(12);
+        let _ = write!(s, "| target | method |");
+        for i in 1..=depth {
+            let _ = write!(s, " {i} |");
+        }
+        let _ = writeln!(s, "\n|---|---|{}", "---|".repeat(depth));
+        for x in drafting {
+            let _ = write!(s, "| {} | {} |", x.target, x.method);
+            for i in 0..depth {
+                let cell = x
+                    .acceptance_by_position
+                    .get(i)
+                    .map_or("–".into(), |v| format!("{v:.2}"));
+                let _ = write!(s, " {cell} |");
+            }
+            let _ = writeln!(s);
+        }
+    }
+
+    let _ = writeln!(s, "\n## Lossless check\n");
+    if !report.greedy {
+        let _ = writeln!(
+            s,
+            "Not checked: temperature {} samples, so outputs differ by design.",
+            report.temperature
+        );
+    } else if report.mismatches.is_empty() {
+        let compared = report
+            .runs
+            .iter()
+            .filter(|r| r.matches_plain.is_some())
+            .count();
+        let _ = writeln!(
+            s,
+            "Every greedy method produced exactly plain decoding's tokens ({compared} \
+             comparisons)."
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "**{} generation(s) differ from plain decoding.** First per method:\n",
+            report.mismatches.len()
+        );
+        let mut shown = BTreeSet::new();
+        for x in &report.mismatches {
+            if shown.insert((&x.target, &x.method)) {
+                let _ = writeln!(
+                    s,
+                    "- {} `{}`: prompt {} (turn {}, repeat {}), position {}: plain {:?} {:?}, \
+                     method {:?} {:?}",
+                    x.target,
+                    x.method,
+                    x.question_id,
+                    x.turn,
+                    x.repeat,
+                    x.position,
+                    x.plain_token,
+                    x.plain_text,
+                    x.method_token,
+                    x.method_text
+                );
+            }
+        }
+    }
+    let _ = writeln!(s, "\nPeak RSS: {}.", report.memory_metric);
+    s
+}
+
+/// (label, per-category speedups) of every non-plain method, for the speedup plot.
+fn report_bars(report: &Report, categories: &[String]) -> crate::plots::Bars {
+    let mut labels: Vec<String> = categories.to_vec();
+    labels.push("all".into());
+    let mut series = Vec::new();
+    let mut keys: Vec<(&str, &str)> = Vec::new();
+    for x in &report.summaries {
+        if !keys.contains(&(x.target.as_str(), x.method.as_str())) && !x.method.starts_with("plain")
+        {
+            keys.push((&x.target, &x.method));
+        }
+    }
+    for (t, me) in keys {
+        let values = labels
+            .iter()
+            .map(|c| {
+                report
+                    .summaries
+                    .iter()
+                    .find(|x| x.target == t && x.method == me && x.category == *c)
+                    .and_then(|x| x.speedup)
+            })
+            .collect();
+        series.push((format!("{me} ({t})"), values));
+    }
+    crate::plots::Bars {
+        categories: labels,
+        series,
+    }
+}
+
+fn report_acceptance(report: &Report) -> Vec<(String, Vec<f64>)> {
+    report
+        .summaries
+        .iter()
+        .filter(|x| x.category == "all" && !x.acceptance_by_position.is_empty())
+        .map(|x| {
+            (
+                format!("{} ({})", x.method, x.target),
+                x.acceptance_by_position.clone(),
+            )
+        })
+        .collect()
+}
+
+/// Resets the process's peak resident size (`VmHWM`) to the current one; false where the
+/// kernel refuses.
+fn reset_peak_rss() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+/// A `kB` field of `/proc/self/status`, in KiB.
+fn read_status_kib(field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+}
+
+fn machine_info(backend: BackendName) -> Machine {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu = cpuinfo
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .and_then(|r| r.split_once(':'))
+                .map(|(_, v)| v.trim().to_owned())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_owned());
+    let memory_bytes = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|n| n.parse::<u64>().ok())
+        })
+        .map(|k| k * 1024);
+    let os = format!(
+        "{} {}",
+        std::env::consts::OS,
+        std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .unwrap_or_default()
+            .trim()
+    );
+    let gpu = std::process::Command::new("nvidia-smi")
+        .args(["--query-gpu=name,memory.total", "--format=csv,noheader"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .trim()
+                .replace('\n', "; ")
+        })
+        .filter(|s| !s.is_empty());
+    Machine {
+        cpu,
+        cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        memory_bytes,
+        os,
+        backend: format!("{backend:?}").to_lowercase(),
+        gpu,
+    }
+}
+
+/// `2026-11-22T22:10:03Z`, or `20261122-221003` for folder names.
+fn utc_stamp(unix: u64, compact: bool) -> String {
+    let (days, rem) = ((unix / 86_400) as i64, unix % 86_400);
+    let (h, mi, se) = (rem / 3600, rem % 3600 / 60, rem % 60);
+    // Civil date from days since 1970-01-01 (the proleptic Gregorian calendar).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    if compact {
+        format!("{y:04}{m:02}{d:02}-{h:02}{mi:02}{se:02}")
+    } else {
+        format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{se:02}Z")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use std::path::Path;
+
+    #[derive(Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        args: BenchArgs,
+    }
+
+    fn args(line: &[&str]) -> BenchArgs {
+        Wrap::parse_from(std::iter::once("bench").chain(line.iter().copied())).args
+    }
+
+    fn labels(plan: &Plan) -> Vec<(String, Vec<String>)> {
+        plan.groups
+            .iter()
+            .map(|(t, l)| {
+                (
+                    t.clone(),
+                    l.iter().map(|m| m.method.label.clone()).collect(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn default_plan_groups_methods_by_target_with_plain_first() {
+        let p = plan(&args(&["--bigram", "b.bin"])).unwrap();
+        assert_eq!(
+            labels(&p),
+            [
+                (
+                    SMALL_TARGET.to_owned(),
+                    vec!["plain".to_owned(), "prompt-lookup".into(), "bigram".into()]
+                ),
+                (
+                    DRAFT_PAIR.0.to_owned(),
+                    vec!["plain".into(), "sampling".into()]
+                ),
+            ]
+        );
+        let sampling = &p.groups[1].1[1];
+        assert_eq!(
+            sampling.method.spec.draft_model.as_deref(),
+            Some(DRAFT_PAIR.1)
+        );
+        assert_eq!(sampling.draft.as_deref(), Some(DRAFT_PAIR.1));
+        assert_eq!(
+            p.groups[0].1[2].method.spec.bigram.as_deref(),
+            Some(Path::new("b.bin"))
+        );
+        assert_eq!(p.max_new_tokens, DEFAULT_MAX_NEW_TOKENS);
+        assert!(p.methods_defaulted);
+
+        // Without a bigram file the default bigram is skipped, with a note.
+        let p = plan(&args(&[])).unwrap();
+        assert_eq!(p.skipped.len(), 1);
+        assert!(p.skipped[0].contains("bigram"));
+    }
+
+    #[test]
+    fn models_flag_and_target_keys_override_defaults() {
+        let p = plan(&args(&[
+            "--models",
+            "a.gguf,d.gguf",
+            "--methods",
+            "sampling:k=4,prompt-lookup,plain:target=z.gguf",
+            "--max-new-tokens",
+            "7",
+        ]))
+        .unwrap();
+        assert_eq!(
+            labels(&p),
+            [
+                (
+                    "a.gguf".to_owned(),
+                    vec![
+                        "plain".to_owned(),
+                        "sampling:k=4".into(),
+                        "prompt-lookup".into()
+                    ]
+                ),
+                ("z.gguf".to_owned(), vec!["plain:target=z.gguf".to_owned()]),
+            ]
+        );
+        assert_eq!(p.groups[0].1[1].draft.as_deref(), Some("d.gguf"));
+        // A listed plain is the baseline of the sampling group, not a group of its own.
+        let p = plan(&args(&["--methods", "plain,sampling"])).unwrap();
+        assert_eq!(
+            labels(&p),
+            [(
+                DRAFT_PAIR.0.to_owned(),
+                vec!["plain".to_owned(), "sampling".into()]
+            )]
+        );
+        let p = plan(&args(&["--methods", "plain", "--models", "m.gguf"])).unwrap();
+        assert_eq!(
+            labels(&p),
+            [("m.gguf".to_owned(), vec!["plain".to_owned()])]
+        );
+        assert_eq!(p.groups[0].1[2].draft, None);
+        assert_eq!(p.max_new_tokens, 7);
+        assert!(plan(&args(&["--models", "a,b,c"])).is_err());
+        assert!(plan(&args(&["--repeats", "0"])).is_err());
+    }
+
+    #[test]
+    fn quick_runs_ngram_methods_on_the_small_target() {
+        let p = plan(&args(&["--quick"])).unwrap();
+        assert_eq!(
+            labels(&p),
+            [(
+                SMALL_TARGET.to_owned(),
+                vec!["plain".to_owned(), "prompt-lookup".into()]
+            )]
+        );
+        assert_eq!(p.max_new_tokens, QUICK_MAX_NEW_TOKENS);
+    }
+
+    #[test]
+    fn the_prompt_set_parses_and_covers_every_category() {
+        let all = parse_prompts(DEFAULT_PROMPTS, 0, false).unwrap();
+        let cats = categories_in_order(&all);
+        for c in [
+            "conversation",
+            "translation",
+            "summarization",
+            "qa",
+            "math",
+            "rag",
+            "code",
+        ] {
+            assert!(cats.iter().any(|x| x == c), "missing category {c}");
+            assert!(all.iter().filter(|p| p.category == c).count() >= 2);
+        }
+        let ids: BTreeSet<_> = all.iter().map(|p| &p.question_id).collect();
+        assert_eq!(ids.len(), all.len(), "question ids must be unique");
+        let quick = parse_prompts(DEFAULT_PROMPTS, 1, false).unwrap();
+        assert_eq!(quick.len(), cats.len());
+    }
+
+    #[test]
+    fn prompts_limit_per_category_and_expand_turns() {
+        let text = r#"{"question_id": 1, "category": "a", "turns": ["x", "y"]}
+{"question_id": "q2", "category": "a", "turns": ["z"]}
+
+{"question_id": 3, "category": "b", "turns": ["w"]}
+"#;
+        let p = parse_prompts(text, 1, true).unwrap();
+        let got: Vec<_> = p
+            .iter()
+            .map(|p| {
+                (
+                    p.question_id.as_str(),
+                    p.category.as_str(),
+                    p.turn,
+                    p.text.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [("1", "a", 0, "x"), ("1", "a", 1, "y"), ("3", "b", 0, "w")]
+        );
+        assert_eq!(parse_prompts(text, 0, false).unwrap().len(), 3);
+        assert!(parse_prompts("{\"question_id\": 1}", 0, false).is_err());
+        assert!(
+            parse_prompts(
+                r#"{"question_id": 1, "category": "a", "turns": []}"#,
+                0,
+                false
+            )
+            .is_err()
+        );
+    }
+
+    fn record(
+        method: &str,
+        category: &str,
+        tps: f64,
+        drafted: &[u64],
+        accepted: &[u64],
+    ) -> RunRecord {
+        RunRecord {
+            target: "t".into(),
+            method: method.into(),
+            method_name: method.split(':').next().unwrap().into(),
+            draft_model: None,
+            question_id: "1".into(),
+            category: category.into(),
+            turn: 0,
+            repeat: 0,
+            prompt_tokens: 5,
+            new_tokens: 10,
+            stop_reason: StopReason::MaxNewTokens,
+            wall_seconds: 10.0 / tps,
+            prompt_seconds: 0.1,
+            tokens_per_second: tps,
+            draft_seconds: 0.0,
+            target_seconds: 0.0,
+            steps: 0,
+            target_forwards: 10 - accepted.iter().sum::<u64>(),
+            draft_forwards: 0,
+            drafted: drafted.iter().sum(),
+            accepted: accepted.iter().sum(),
+            produced: 10,
+            alpha: None,
+            tau: None,
+            drafted_by_position: drafted.to_vec(),
+            accepted_by_position: accepted.to_vec(),
+            rss_before_bytes: None,
+            peak_rss_bytes: Some(1 << 20),
+            peak_rss_scope: "generation",
+            matches_plain: (method != "plain").then_some(category != "b"),
+            tokens: vec![],
+        }
+    }
+
+    #[test]
+    fn summaries_follow_the_spec_bench_definitions() {
+        let runs = vec![
+            record("plain", "a", 10.0, &[], &[]),
+            record("plain", "a", 20.0, &[], &[]),
+            record("plain", "b", 8.0, &[], &[]),
+            record("pl", "a", 30.0, &[4, 2], &[3, 1]),
+            record("pl", "a", 15.0, &[2], &[0]),
+            record("pl", "b", 4.0, &[1], &[1]),
+        ];
+        let cats = vec!["a".to_owned(), "b".to_owned()];
+        let s = summarize(&runs, &cats);
+        let get = |m: &str, c: &str| s.iter().find(|x| x.method == m && x.category == c).unwrap();
+        let a = get("pl", "a");
+        assert!((a.tokens_per_second - 22.5).abs() < 1e-9);
+        assert!((a.speedup.unwrap() - 22.5 / 15.0).abs() < 1e-9);
+        // τ = 20 produced / (6 + 10) forwards; α = 4 / 8.
+        assert!((a.tau.unwrap() - 20.0 / 16.0).abs() < 1e-9);
+        assert!((a.alpha.unwrap() - 0.5).abs() < 1e-9);
+        assert_eq!(a.acceptance_by_position, vec![3.0 / 6.0, 1.0 / 2.0]);
+        assert_eq!(a.mismatches, 0);
+        let b = get("pl", "b");
+        assert!((b.speedup.unwrap() - 0.5).abs() < 1e-9);
+        assert_eq!(b.mismatches, 1);
+        let all = get("pl", "all");
+        assert_eq!(all.runs, 3);
+        assert!((all.speedup.unwrap() - (49.0 / 3.0) / (38.0 / 3.0)).abs() < 1e-9);
+        assert_eq!(all.mismatches, 1);
+        let plain = get("plain", "all");
+        assert!((plain.speedup.unwrap() - 1.0).abs() < 1e-9);
+        assert_eq!(plain.tau, Some(1.0));
+        assert_eq!(plain.alpha, None);
+    }
+
+    #[test]
+    fn draft_model_groups_get_smaller_defaults() {
+        let a = args(&[]);
+        let p = plan(&a).unwrap();
+        assert_eq!(
+            group_limits(&a, &p.groups[0].1),
+            (DEFAULT_MAX_NEW_TOKENS, DEFAULT_PER_CATEGORY)
+        );
+        assert_eq!(
+            group_limits(&a, &p.groups[1].1),
+            (DRAFT_GROUP_MAX_NEW_TOKENS, DRAFT_GROUP_PER_CATEGORY)
+        );
+        let a = args(&["--max-new-tokens", "9", "--per-category", "3"]);
+        let p = plan(&a).unwrap();
+        assert_eq!(group_limits(&a, &p.groups[1].1), (9, 3));
+    }
+
+    #[test]
+    fn prompt_selection_counts_questions_not_turns() {
+        let text = r#"{"question_id": 1, "category": "a", "turns": ["x", "y"]}
+{"question_id": 2, "category": "a", "turns": ["z"]}
+{"question_id": 3, "category": "b", "turns": ["w"]}
+"#;
+        let prompts = parse_prompts(text, 0, true).unwrap();
+        assert_eq!(select_prompts(&prompts, 1), [0, 1, 3]);
+        assert_eq!(select_prompts(&prompts, 0), [0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn first_difference_counts_length_changes() {
+        assert_eq!(first_difference(&[1, 2, 3], &[1, 2, 3]), None);
+        assert_eq!(first_difference(&[1, 2, 3], &[1, 5, 3]), Some(1));
+        assert_eq!(first_difference(&[1, 2, 3], &[1, 2]), Some(2));
+        assert_eq!(first_difference(&[], &[7]), Some(0));
+    }
+
+    #[test]
+    fn utc_stamps_are_civil_dates() {
+        assert_eq!(utc_stamp(0, false), "1970-01-01T00:00:00Z");
+        assert_eq!(utc_stamp(951_782_400, false), "2000-02-29T00:00:00Z");
+        assert_eq!(utc_stamp(1_795_385_403, true), "20261122-221003");
+    }
+
+    #[test]
+    fn proc_status_fields_are_read() {
+        if cfg!(target_os = "linux") {
+            let rss = read_status_kib("VmRSS:").unwrap();
+            assert!(rss > 0);
+            let hwm = read_status_kib("VmHWM:").unwrap();
+            assert!(hwm >= rss);
+        }
+    }
+}

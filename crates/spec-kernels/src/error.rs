@@ -1,0 +1,33 @@
+/// What can go wrong packing weights or running a product.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum KernelError {
+    #[error(
+        "a {rows}×{cols} matrix needs {expected} values, got {found}; pass the weights row-major [out, in]"
+    )]
+    WeightLength {
+        rows: usize,
+        cols: usize,
+        expected: usize,
+        found: usize,
+    },
+    #[error("weight [{row}, {col}] is {value}; only finite weights can be packed")]
+    NonFinite { row: usize, col: usize, value: f32 },
+    #[error("x has {found} values for {rows} rows of {cols} columns (expected {expected})")]
+    InputLength {
+        rows: usize,
+        cols: usize,
+        expected: usize,
+        found: usize,
+    },
+    #[error(
+        "the output has {found} values for {rows} rows of {cols} columns (expected {expected})"
+    )]
+    OutputLength {
+        rows: usize,
+        cols: usize,
+        expected: usize,
+        found: usize,
+    },
+    #[error("unknown weight format {0:?}; expected f32, bf16 or q8_0")]
+    UnknownFormat(String),
+}

@@ -1,0 +1,66 @@
+//! CPU kernels for decoding.
+//!
+//! The one kernel so far is a *skinny* matrix product `y[M, n] = x[M, k] · Wᵀ` for the few rows
+//! (`M ≤ 16`) that a decode step or a speculative verification step feeds through a projection.
+//! `W` is stored `[n, k]` (one row per output), as checkpoints and `spec-runtime` keep it.
+//!
+//! At these sizes the product is bound by reading `W`: a general matrix product either reads the
+//! weights once per row of `x` or spends its time packing them. Here the weights are packed once,
+//! at load time, into a [`PackedMatrix`], and each call streams every weight row once for all `M`
+//! rows of `x`:
+//!
+//! - a register tile of 4 weight rows × 2 rows of `x` accumulates 8 dot products in 8-lane
+//!   vectors (AVX2 + FMA through `pulp`, detected at run time; a scalar loop elsewhere), so each
+//!   weight loaded from memory is used `M` times;
+//! - the output rows are split into blocks run on rayon's pool (both cores of a small machine);
+//! - weights may be kept as f32, bf16 (half the bytes) or Q8_0 blocks (32 int8 and one f32 scale,
+//!   1.125 bytes a weight). Narrow formats are widened to f32 inside the kernel and every sum is
+//!   accumulated in f32, so the result equals the f32 product with the *stored* (rounded) weights,
+//!   which [`PackedMatrix::dequantize`] returns.
+//!
+//! Layouts (each row padded with zeros to a multiple of 32 columns):
+//! - f32: the row as is;
+//! - bf16: chunks of 16 weights in 8 `u32` words; word `l` holds weight `l` in its high half and
+//!   weight `8 + l` in its low half, so one 256-bit load gives two f32 vectors with a shift and
+//!   a mask;
+//! - Q8_0: per block of 32 weights 8 `i32` words; byte `j` of word `l` is the quant of weight
+//!   `8j + l`, so four shift pairs give four vectors of consecutive weights; one f32 scale a block.
+
+mod avx2;
+mod error;
+mod pack;
+mod scalar;
+
+pub use error::KernelError;
+pub use pack::{BLOCK, PackedMatrix, WeightFormat};
+
+/// Which instruction set a product runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isa {
+    /// AVX2 + FMA (x86-64), when the CPU has them; otherwise the portable loop.
+    Auto,
+    /// The portable scalar loop, on any CPU.
+    Scalar,
+}
+
+/// How a product is executed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exec {
+    pub isa: Isa,
+    /// Split the output rows over rayon's thread pool (for products large enough to pay).
+    pub parallel: bool,
+}
+
+impl Default for Exec {
+    fn default() -> Self {
+        Self {
+            isa: Isa::Auto,
+            parallel: true,
+        }
+    }
+}
+
+/// Whether [`Isa::Auto`] runs the AVX2 + FMA kernel on this CPU.
+pub fn simd_available() -> bool {
+    avx2::available()
+}

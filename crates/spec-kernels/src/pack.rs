@@ -1,0 +1,320 @@
+//! Weight packing and the product's driver (shape checks, padding, splitting over threads).
+
+use std::ops::Range;
+use std::str::FromStr;
+
+use half::bf16;
+use rayon::prelude::*;
+
+use crate::error::KernelError;
+use crate::{Exec, Isa, avx2, scalar};
+
+/// Every packed row is padded with zeros to a multiple of this many columns (the Q8_0 block).
+pub const BLOCK: usize = 32;
+
+/// Below this many stored weights a product runs on the calling thread: splitting costs more
+/// than it saves.
+const PARALLEL_MIN_WEIGHTS: usize = 1 << 16;
+
+/// How weights are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WeightFormat {
+    /// 4 bytes a weight, exact.
+    #[default]
+    F32,
+    /// 2 bytes a weight; bf16 rounding (8 significant bits).
+    Bf16,
+    /// 1.125 bytes a weight: blocks of 32 int8 quants with one f32 scale (`max |w| / 127`).
+    Q8_0,
+}
+
+impl WeightFormat {
+    /// Bytes stored per weight, scales included.
+    pub fn bytes_per_weight(self) -> f64 {
+        match self {
+            Self::F32 => 4.0,
+            Self::Bf16 => 2.0,
+            Self::Q8_0 => 1.0 + 4.0 / BLOCK as f64,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::F32 => "f32",
+            Self::Bf16 => "bf16",
+            Self::Q8_0 => "q8_0",
+        }
+    }
+}
+
+impl std::fmt::Display for WeightFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for WeightFormat {
+    type Err = KernelError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "f32" => Ok(Self::F32),
+            "bf16" => Ok(Self::Bf16),
+            "q8_0" | "q8" => Ok(Self::Q8_0),
+            _ => Err(KernelError::UnknownFormat(s.to_owned())),
+        }
+    }
+}
+
+/// The stored weights, row-major with `padded_cols` columns a row.
+#[derive(Debug, Clone)]
+pub(crate) enum Storage {
+    F32(Vec<f32>),
+    /// `padded_cols / 2` words a row (see the crate docs for the order).
+    Bf16(Vec<u32>),
+    /// `padded_cols / 4` words and `padded_cols / 32` scales a row.
+    Q8_0 {
+        quants: Vec<i32>,
+        scales: Vec<f32>,
+    },
+}
+
+/// A weight matrix `W [rows, cols]` (`rows` outputs of `cols` inputs) packed for
+/// [`PackedMatrix::matmul_into`].
+#[derive(Debug, Clone)]
+pub struct PackedMatrix {
+    rows: usize,
+    cols: usize,
+    padded_cols: usize,
+    format: WeightFormat,
+    pub(crate) storage: Storage,
+}
+
+impl PackedMatrix {
+    /// Packs the row-major `weights` `[rows, cols]` in `format`.
+    pub fn pack(
+        weights: &[f32],
+        rows: usize,
+        cols: usize,
+        format: WeightFormat,
+    ) -> Result<Self, KernelError> {
+        let expected = rows * cols;
+        if weights.len() != expected {
+            return Err(KernelError::WeightLength {
+                rows,
+                cols,
+                expected,
+                found: weights.len(),
+            });
+        }
+        if let Some(i) = weights.iter().position(|w| !w.is_finite()) {
+            return Err(KernelError::NonFinite {
+                row: i / cols.max(1),
+                col: i % cols.max(1),
+                value: weights[i],
+            });
+        }
+        let padded_cols = cols.div_ceil(BLOCK) * BLOCK;
+        // One padded row at a time, so every format sees whole blocks.
+        let mut row_buf = vec![0.0f32; padded_cols];
+        let mut padded_rows = (0..rows).map(|r| {
+            row_buf[..cols].copy_from_slice(&weights[r * cols..(r + 1) * cols]);
+            row_buf.clone()
+        });
+        let storage = match format {
+            WeightFormat::F32 => {
+                let mut out = Vec::with_capacity(rows * padded_cols);
+                for row in &mut padded_rows {
+                    out.extend_from_slice(&row);
+                }
+                Storage::F32(out)
+            }
+            WeightFormat::Bf16 => {
+                let mut out = Vec::with_capacity(rows * padded_cols / 2);
+                for row in &mut padded_rows {
+                    for chunk in row.chunks_exact(16) {
+                        for l in 0..8 {
+                            let hi = u32::from(bf16::from_f32(chunk[l]).to_bits());
+                            let lo = u32::from(bf16::from_f32(chunk[8 + l]).to_bits());
+                            out.push((hi << 16) | lo);
+                        }
+                    }
+                }
+                Storage::Bf16(out)
+            }
+            WeightFormat::Q8_0 => {
+                let mut quants = Vec::with_capacity(rows * padded_cols / 4);
+                let mut scales = Vec::with_capacity(rows * padded_cols / BLOCK);
+                for row in &mut padded_rows {
+                    for block in row.chunks_exact(BLOCK) {
+                        let (scale, q) = quantize_block(block);
+                        scales.push(scale);
+                        for l in 0..8 {
+                            let mut word = 0u32;
+                            for j in 0..4 {
+                                word |= u32::from(q[8 * j + l] as u8) << (8 * j);
+                            }
+                            quants.push(word as i32);
+                        }
+                    }
+                }
+                Storage::Q8_0 { quants, scales }
+            }
+        };
+        Ok(Self {
+            rows,
+            cols,
+            padded_cols,
+            format,
+            storage,
+        })
+    }
+
+    /// Output features (`n`).
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Input features (`k`).
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    pub fn format(&self) -> WeightFormat {
+        self.format
+    }
+
+    pub(crate) fn padded_cols(&self) -> usize {
+        self.padded_cols
+    }
+
+    /// Bytes of packed weights a product streams (padding and scales included).
+    pub fn stored_bytes(&self) -> usize {
+        match &self.storage {
+            Storage::F32(w) => w.len() * 4,
+            Storage::Bf16(w) => w.len() * 4,
+            Storage::Q8_0 { quants, scales } => quants.len() * 4 + scales.len() * 4,
+        }
+    }
+
+    /// The weights the kernel multiplies by, `[rows, cols]` row-major: the input rounded to the
+    /// stored format.
+    pub fn dequantize(&self) -> Vec<f32> {
+        let mut out = Vec::with_capacity(self.rows * self.cols);
+        let mut row = vec![0.0f32; self.padded_cols];
+        for r in 0..self.rows {
+            scalar::dequantize_row(self, r, &mut row);
+            out.extend_from_slice(&row[..self.cols]);
+        }
+        out
+    }
+
+    /// `y[m, rows] = x[m, cols] · Wᵀ` with the default [`Exec`] (SIMD where available, threads).
+    pub fn matmul_into(&self, x: &[f32], m: usize, y: &mut [f32]) -> Result<(), KernelError> {
+        self.matmul_with(x, m, y, Exec::default())
+    }
+
+    /// `x[m, cols] · Wᵀ` into a new `[m, rows]` vector.
+    pub fn matmul(&self, x: &[f32], m: usize) -> Result<Vec<f32>, KernelError> {
+        let mut y = vec![0.0; m * self.rows];
+        self.matmul_into(x, m, &mut y)?;
+        Ok(y)
+    }
+
+    /// `y[m, rows] = x[m, cols] · Wᵀ`, both row-major, executed as `exec` says. Meant for
+    /// `m ≤ 16`; any `m` is correct.
+    pub fn matmul_with(
+        &self,
+        x: &[f32],
+        m: usize,
+        y: &mut [f32],
+        exec: Exec,
+    ) -> Result<(), KernelError> {
+        let (n, k, kp) = (self.rows, self.cols, self.padded_cols);
+        if x.len() != m * k {
+            return Err(KernelError::InputLength {
+                rows: m,
+                cols: k,
+                expected: m * k,
+                found: x.len(),
+            });
+        }
+        if y.len() != m * n {
+            return Err(KernelError::OutputLength {
+                rows: m,
+                cols: n,
+                expected: m * n,
+                found: y.len(),
+            });
+        }
+        if m == 0 || n == 0 {
+            return Ok(());
+        }
+        // The kernels read whole blocks of x; pad only when the model's width needs it.
+        let padded;
+        let xs: &[f32] = if kp == k {
+            x
+        } else {
+            let mut p = vec![0.0f32; m * kp];
+            for (dst, src) in p.chunks_exact_mut(kp).zip(x.chunks_exact(k.max(1))) {
+                dst[..k].copy_from_slice(src);
+            }
+            padded = p;
+            &padded
+        };
+        let simd = exec.isa == Isa::Auto && avx2::available();
+        let run = |rows: Range<usize>, outs: &mut [&mut [f32]]| {
+            if simd {
+                avx2::run(self, rows, xs, m, outs);
+            } else {
+                scalar::run(self, rows, xs, m, outs);
+            }
+        };
+
+        let threads = if exec.parallel {
+            rayon::current_num_threads()
+        } else {
+            1
+        };
+        let blocks = if threads <= 1 || n * kp < PARALLEL_MIN_WEIGHTS {
+            1
+        } else {
+            // A few blocks per thread balance a machine shared with other work.
+            (threads * 4).min(n.div_ceil(16)).max(1)
+        };
+        if blocks == 1 {
+            let mut outs: Vec<&mut [f32]> = y.chunks_exact_mut(n).collect();
+            run(0..n, &mut outs);
+            return Ok(());
+        }
+        let block_rows = n.div_ceil(blocks).div_ceil(4) * 4;
+        let blocks = n.div_ceil(block_rows);
+        // outs[b][i] is row i of y restricted to the output columns of block b.
+        let mut outs: Vec<Vec<&mut [f32]>> = (0..blocks).map(|_| Vec::with_capacity(m)).collect();
+        for y_row in y.chunks_exact_mut(n) {
+            for (b, part) in y_row.chunks_mut(block_rows).enumerate() {
+                outs[b].push(part);
+            }
+        }
+        outs.into_par_iter().enumerate().for_each(|(b, mut parts)| {
+            let start = b * block_rows;
+            run(start..(start + block_rows).min(n), &mut parts);
+        });
+        Ok(())
+    }
+}
+
+/// Q8_0 quantization of one block: `scale = max |w| / 127`, `q = round(w / scale)`.
+fn quantize_block(block: &[f32]) -> (f32, [i8; BLOCK]) {
+    let amax = block.iter().fold(0.0f32, |a, w| a.max(w.abs()));
+    let mut q = [0i8; BLOCK];
+    if amax == 0.0 {
+        return (0.0, q);
+    }
+    let scale = amax / 127.0;
+    let inv = 1.0 / scale;
+    for (q, w) in q.iter_mut().zip(block) {
+        *q = (w * inv).round().clamp(-127.0, 127.0) as i8;
+    }
+    (scale, q)
+}

@@ -1,0 +1,58 @@
+//! The portable kernel: the same packed layouts, one weight row decoded at a time.
+
+use std::ops::Range;
+
+use crate::pack::{BLOCK, PackedMatrix, Storage};
+
+/// Writes weight row `r` (all `padded_cols` of it) as f32 into `out`.
+pub(crate) fn dequantize_row(mat: &PackedMatrix, r: usize, out: &mut [f32]) {
+    let kp = mat.padded_cols();
+    match &mat.storage {
+        Storage::F32(w) => out.copy_from_slice(&w[r * kp..(r + 1) * kp]),
+        Storage::Bf16(w) => {
+            let words = &w[r * kp / 2..(r + 1) * kp / 2];
+            for (chunk, out) in words.chunks_exact(8).zip(out.chunks_exact_mut(16)) {
+                for (l, &word) in chunk.iter().enumerate() {
+                    out[l] = f32::from_bits(word & 0xFFFF_0000);
+                    out[8 + l] = f32::from_bits(word << 16);
+                }
+            }
+        }
+        Storage::Q8_0 { quants, scales } => {
+            let blocks = kp / BLOCK;
+            let words = &quants[r * kp / 4..(r + 1) * kp / 4];
+            let scales = &scales[r * blocks..(r + 1) * blocks];
+            for ((block, &scale), out) in words
+                .chunks_exact(8)
+                .zip(scales)
+                .zip(out.chunks_exact_mut(BLOCK))
+            {
+                for (l, &word) in block.iter().enumerate() {
+                    for j in 0..4 {
+                        let q = (word << (24 - 8 * j)) >> 24;
+                        out[8 * j + l] = q as f32 * scale;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `outs[i][r - rows.start] = x[i] · W[r]` for `r` in `rows`; `x` is `[m, padded_cols]`.
+pub(crate) fn run(
+    mat: &PackedMatrix,
+    rows: Range<usize>,
+    x: &[f32],
+    m: usize,
+    outs: &mut [&mut [f32]],
+) {
+    let kp = mat.padded_cols();
+    let mut w = vec![0.0f32; kp];
+    for (j, r) in rows.enumerate() {
+        dequantize_row(mat, r, &mut w);
+        for (i, out) in outs.iter_mut().enumerate().take(m) {
+            let xi = &x[i * kp..(i + 1) * kp];
+            out[j] = xi.iter().zip(&w).map(|(a, b)| a * b).sum();
+        }
+    }
+}

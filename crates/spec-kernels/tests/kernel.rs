@@ -1,0 +1,208 @@
+//! The skinny product against an f64 reference on the stored weights, in every format, on the
+//! SIMD and the portable path, threaded and not; and against burn's matmul.
+
+// A failure in a test or measurement helper is a failure of the run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use burn::backend::Flex;
+use burn::tensor::{Tensor, TensorData};
+use proptest::prelude::*;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use spec_kernels::{Exec, Isa, KernelError, PackedMatrix, WeightFormat};
+
+const FORMATS: [WeightFormat; 3] = [WeightFormat::F32, WeightFormat::Bf16, WeightFormat::Q8_0];
+
+fn random(len: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
+    (0..len).map(|_| rng.random_range(-1.0f32..1.0)).collect()
+}
+
+/// Checks `y` against the f64 product of `x` with the stored weights: the error of each entry is
+/// at most 1e-5 of `Σ |x_i w_i|` (the scale f32 rounding acts on; equal to 1e-5 relative when
+/// the terms do not cancel).
+fn check(mat: &PackedMatrix, x: &[f32], m: usize, y: &[f32]) -> Result<(), TestCaseError> {
+    let (n, k) = (mat.rows(), mat.cols());
+    let w = mat.dequantize();
+    for i in 0..m {
+        for r in 0..n {
+            let (mut dot, mut mag) = (0.0f64, 0.0f64);
+            for c in 0..k {
+                let t = f64::from(x[i * k + c]) * f64::from(w[r * k + c]);
+                dot += t;
+                mag += t.abs();
+            }
+            let got = f64::from(y[i * n + r]);
+            prop_assert!(
+                (got - dot).abs() <= 1e-5 * mag + 1e-30,
+                "{} m={m} n={n} k={k}: y[{i},{r}] = {got}, reference {dot} (Σ|terms| {mag})",
+                mat.format()
+            );
+        }
+    }
+    Ok(())
+}
+
+fn run_case(m: usize, n: usize, k: usize, seed: u64) -> Result<(), TestCaseError> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let weights = random(n * k, &mut rng);
+    let x = random(m * k, &mut rng);
+    for format in FORMATS {
+        let mat = PackedMatrix::pack(&weights, n, k, format)
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        for isa in [Isa::Auto, Isa::Scalar] {
+            for parallel in [false, true] {
+                let mut y = vec![f32::NAN; m * n];
+                mat.matmul_with(&x, m, &mut y, Exec { isa, parallel })
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                check(&mat, &x, m, &y)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn matches_reference_on_random_shapes(
+        m in 1usize..=16,
+        n in 1usize..80,
+        k in 1usize..200,
+        seed in any::<u64>(),
+    ) {
+        run_case(m, n, k, seed)?;
+    }
+}
+
+#[test]
+fn matches_reference_on_threaded_shapes() {
+    // Large enough to be split over threads, with odd sizes to exercise every tail.
+    for (m, n, k) in [(1, 515, 301), (3, 1027, 96), (16, 333, 577), (7, 2049, 64)] {
+        run_case(m, n, k, (m * n * k) as u64).unwrap();
+    }
+}
+
+#[test]
+fn model_widths_match_reference() {
+    for (m, n, k) in [(1, 192, 576), (4, 576, 1536), (16, 64, 896)] {
+        run_case(m, n, k, 7).unwrap();
+    }
+}
+
+#[test]
+fn f32_matches_burn_matmul() {
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    let device = Default::default();
+    for (m, n, k) in [(1, 257, 129), (5, 100, 576), (16, 999, 33)] {
+        let weights = random(n * k, &mut rng);
+        let x = random(m * k, &mut rng);
+        let mat = PackedMatrix::pack(&weights, n, k, WeightFormat::F32).unwrap();
+        let y = mat.matmul(&x, m).unwrap();
+        let wt = Tensor::<Flex, 2>::from_data(TensorData::new(weights, [n, k]), &device);
+        let xt = Tensor::<Flex, 2>::from_data(TensorData::new(x.clone(), [m, k]), &device);
+        let expected = xt
+            .matmul(wt.transpose())
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap();
+        for (i, (a, b)) in y.iter().zip(&expected).enumerate() {
+            let scale = 1e-5 * (k as f32).sqrt().max(1.0);
+            assert!(
+                (a - b).abs() <= scale * b.abs().max(1.0),
+                "m={m} n={n} k={k} entry {i}: kernel {a}, burn {b}"
+            );
+        }
+    }
+}
+
+#[test]
+fn stored_weights_are_close_to_the_input() {
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    let (n, k) = (37, 101);
+    let weights = random(n * k, &mut rng);
+    let exact = PackedMatrix::pack(&weights, n, k, WeightFormat::F32).unwrap();
+    assert_eq!(exact.dequantize(), weights);
+    let bf = PackedMatrix::pack(&weights, n, k, WeightFormat::Bf16)
+        .unwrap()
+        .dequantize();
+    for (a, b) in bf.iter().zip(&weights) {
+        assert!((a - b).abs() <= b.abs() / 256.0, "bf16 {a} for {b}");
+    }
+    let q8 = PackedMatrix::pack(&weights, n, k, WeightFormat::Q8_0)
+        .unwrap()
+        .dequantize();
+    for r in 0..n {
+        for block in (0..k).step_by(32) {
+            let range = r * k + block..r * k + (block + 32).min(k);
+            let amax = weights[range.clone()]
+                .iter()
+                .fold(0.0f32, |a, w| a.max(w.abs()));
+            for i in range {
+                // Half a quantization step, plus f32 rounding of the scale product.
+                let bound = amax / 127.0 * 0.5 * (1.0 + 1e-5);
+                assert!(
+                    (q8[i] - weights[i]).abs() <= bound,
+                    "q8_0 {} for {} (bound {bound})",
+                    q8[i],
+                    weights[i]
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn zero_rows_and_zero_blocks() {
+    let (n, k) = (9, 70);
+    let mut weights = vec![0.0f32; n * k];
+    weights[5 * k + 69] = 2.0;
+    let x: Vec<f32> = (0..3 * k).map(|i| i as f32).collect();
+    for format in FORMATS {
+        let mat = PackedMatrix::pack(&weights, n, k, format).unwrap();
+        let y = mat.matmul(&x, 3).unwrap();
+        for i in 0..3 {
+            for r in 0..n {
+                let expected = if r == 5 {
+                    2.0 * (i * k + 69) as f32
+                } else {
+                    0.0
+                };
+                assert_eq!(y[i * n + r], expected, "{format} y[{i},{r}]");
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_input_is_an_error() {
+    assert!(matches!(
+        PackedMatrix::pack(&[1.0; 5], 2, 3, WeightFormat::F32),
+        Err(KernelError::WeightLength { .. })
+    ));
+    assert!(matches!(
+        PackedMatrix::pack(&[1.0, f32::NAN, 0.0, 0.0], 2, 2, WeightFormat::Q8_0),
+        Err(KernelError::NonFinite { row: 0, col: 1, .. })
+    ));
+    let mat = PackedMatrix::pack(&[1.0; 6], 2, 3, WeightFormat::F32).unwrap();
+    assert!(matches!(
+        mat.matmul(&[1.0; 5], 2),
+        Err(KernelError::InputLength { .. })
+    ));
+    let mut y = vec![0.0; 3];
+    assert!(matches!(
+        mat.matmul_into(&[1.0; 6], 2, &mut y),
+        Err(KernelError::OutputLength { .. })
+    ));
+    assert_eq!("Q8".parse::<WeightFormat>().unwrap(), WeightFormat::Q8_0);
+    assert!("int4".parse::<WeightFormat>().is_err());
+}
+
+#[test]
+fn simd_path_is_used_where_the_cpu_has_it() {
+    #[cfg(target_arch = "x86_64")]
+    assert_eq!(
+        spec_kernels::simd_available(),
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    );
+}

@@ -1,0 +1,360 @@
+//! Prompt lookup: an incremental n-gram index and the drafter built on it.
+
+use std::collections::HashMap;
+
+use burn::tensor::backend::Backend;
+use spec_core::rng::SpecRng;
+use spec_core::sampling::SamplingConfig;
+use spec_core::tree::TokenTree;
+use spec_core::verify::{Proposal, Verdict};
+use spec_engine::{Draft, Drafter};
+
+use crate::error::{NgramError, Result};
+
+/// Default draft length of prompt lookup.
+pub const DEFAULT_LOOKUP_K: usize = 5;
+/// Default longest n-gram matched.
+pub const DEFAULT_NGRAM_MAX: usize = 3;
+/// Default shortest n-gram matched.
+pub const DEFAULT_NGRAM_MIN: usize = 1;
+/// Largest n-gram size accepted (keeps per-token hashing cheap).
+const NGRAM_LIMIT: usize = 16;
+
+/// Where the context's suffix matched earlier text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LookupMatch {
+    /// The n-gram size that matched.
+    pub n: usize,
+    /// Position of the first token after the earlier occurrence: its continuation starts here.
+    pub start: usize,
+}
+
+/// An index of every n-gram (`n_min ≤ n ≤ n_max`) of a growing token sequence, mapping each to
+/// the end of its most recent occurrence that is followed by at least one token.
+///
+/// An n-gram ending at position `e` (tokens `e-n .. e`) is entered when token `e` is appended,
+/// so the sequence's own suffix is never its own match: [`NgramIndex::find`] returns earlier
+/// occurrences only. Keys are 64-bit hashes of the n-gram; a hit is confirmed against the
+/// tokens, so a hash collision can at worst hide a match, never produce a wrong one.
+#[derive(Debug, Clone)]
+pub struct NgramIndex {
+    n_min: usize,
+    n_max: usize,
+    tokens: Vec<u32>,
+    /// `maps[n - n_min]`: hash of an n-gram → the position right after its latest occurrence.
+    maps: Vec<HashMap<u64, usize>>,
+    /// Map insertions so far (a measure of the work done: linear in the tokens appended).
+    insertions: u64,
+}
+
+impl NgramIndex {
+    /// An empty index of the n-grams with `n_min ≤ n ≤ n_max`.
+    pub fn new(n_min: usize, n_max: usize) -> Result<Self> {
+        if n_min == 0 || n_min > n_max || n_max > NGRAM_LIMIT {
+            return Err(NgramError::InvalidNgram {
+                min_n: n_min,
+                max_n: n_max,
+                max: NGRAM_LIMIT,
+            });
+        }
+        Ok(Self {
+            n_min,
+            n_max,
+            tokens: Vec::new(),
+            maps: vec![HashMap::new(); n_max - n_min + 1],
+            insertions: 0,
+        })
+    }
+
+    /// Forgets every token.
+    pub fn clear(&mut self) {
+        self.tokens.clear();
+        self.maps.iter_mut().for_each(HashMap::clear);
+    }
+
+    /// The tokens indexed so far.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// Map insertions done since construction (for tests of incrementality).
+    pub fn insertions(&self) -> u64 {
+        self.insertions
+    }
+
+    /// Appends one token: the n-grams it follows now have a continuation and enter the index.
+    pub fn push(&mut self, token: u32) {
+        let e = self.tokens.len();
+        for n in self.n_min..=self.n_max.min(e) {
+            let key = hash(&self.tokens[e - n..e]);
+            self.maps[n - self.n_min].insert(key, e);
+            self.insertions += 1;
+        }
+        self.tokens.push(token);
+    }
+
+    pub fn extend(&mut self, tokens: &[u32]) {
+        tokens.iter().for_each(|&t| self.push(t));
+    }
+
+    /// The most recent earlier occurrence of the sequence's last `n` tokens, for the largest
+    /// `n` (from `n_max` down to `n_min`) that has one.
+    pub fn find(&self) -> Option<LookupMatch> {
+        let len = self.tokens.len();
+        (self.n_min..=self.n_max.min(len)).rev().find_map(|n| {
+            let suffix = &self.tokens[len - n..];
+            let &start = self.maps[n - self.n_min].get(&hash(suffix))?;
+            (self.tokens[start - n..start] == *suffix).then_some(LookupMatch { n, start })
+        })
+    }
+
+    /// Up to `max` tokens from `start` (a match's continuation).
+    pub fn continuation(&self, start: usize, max: usize) -> &[u32] {
+        let start = start.min(self.tokens.len());
+        let end = start.saturating_add(max).min(self.tokens.len());
+        &self.tokens[start..end]
+    }
+
+    /// Brings the index up to `context`, which normally extends what is indexed; anything else
+    /// (a different sequence) is re-indexed from scratch.
+    pub fn sync(&mut self, context: &[u32]) {
+        let len = self.tokens.len();
+        // Checking the last indexed token (not the whole prefix) keeps a step O(1) here; the
+        // engine only ever appends, so this catches a drafter reused on another sequence.
+        let extends =
+            context.len() >= len && (len == 0 || context[len - 1] == self.tokens[len - 1]);
+        if !extends {
+            self.clear();
+        }
+        let from = self.tokens.len();
+        self.extend(&context[from..]);
+    }
+}
+
+/// FNV-1a over the tokens' bytes, finished with a multiply-xorshift so the std map's own
+/// hashing of the `u64` sees well-mixed keys.
+fn hash(tokens: &[u32]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for &t in tokens {
+        for b in t.to_le_bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^ (h >> 33)
+}
+
+/// Settings of [`PromptLookup`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PromptLookupConfig {
+    /// Longest draft (tokens per step).
+    pub k: usize,
+    pub ngram_max: usize,
+    pub ngram_min: usize,
+}
+
+impl Default for PromptLookupConfig {
+    fn default() -> Self {
+        Self {
+            k: DEFAULT_LOOKUP_K,
+            ngram_max: DEFAULT_NGRAM_MAX,
+            ngram_min: DEFAULT_NGRAM_MIN,
+        }
+    }
+}
+
+/// The prompt lookup drafter (see the crate docs for the rule).
+#[derive(Debug, Clone)]
+pub struct PromptLookup {
+    k: usize,
+    index: NgramIndex,
+}
+
+impl PromptLookup {
+    /// Validates `config` (K ≥ 1, 1 ≤ ngram_min ≤ ngram_max ≤ 16).
+    pub fn new(config: PromptLookupConfig) -> Result<Self> {
+        if config.k == 0 {
+            return Err(NgramError::InvalidK(config.k));
+        }
+        Ok(Self {
+            k: config.k,
+            index: NgramIndex::new(config.ngram_min, config.ngram_max)?,
+        })
+    }
+
+    /// The index over the current request's tokens.
+    pub fn index(&self) -> &NgramIndex {
+        &self.index
+    }
+
+    /// The tokens this drafter proposes after `context`, at most `max_depth` of them.
+    pub fn propose(&mut self, context: &[u32], max_depth: usize) -> &[u32] {
+        self.index.sync(context);
+        match self.index.find() {
+            Some(m) => self.index.continuation(m.start, self.k.min(max_depth)),
+            None => &[],
+        }
+    }
+}
+
+impl<B: Backend> Drafter<B> for PromptLookup {
+    fn name(&self) -> &str {
+        "prompt-lookup"
+    }
+
+    fn begin(&mut self, prompt: &[u32]) -> spec_engine::Result<()> {
+        self.index.clear();
+        self.index.extend(prompt);
+        Ok(())
+    }
+
+    fn draft(
+        &mut self,
+        context: &[u32],
+        max_depth: usize,
+        _sampling: &SamplingConfig,
+        _rng: &mut SpecRng,
+    ) -> spec_engine::Result<Draft<B>> {
+        let Some(&root) = context.last() else {
+            return Err(spec_engine::EngineError::Drafter(
+                "prompt lookup was asked to draft after an empty context".into(),
+            ));
+        };
+        let drafted = self.propose(context, max_depth);
+        Ok(Draft {
+            tree: TokenTree::chain(root, drafted),
+            proposal: Proposal::Deterministic,
+            draft_forwards: 0,
+        })
+    }
+
+    fn accepted(
+        &mut self,
+        context: &[u32],
+        _tree: &TokenTree,
+        _verdict: &Verdict,
+    ) -> spec_engine::Result<()> {
+        self.index.sync(context);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// The rule by brute force: for n from n_max down, the latest e < len with a matching
+    /// n-gram ending at e.
+    fn brute(tokens: &[u32], n_min: usize, n_max: usize) -> Option<LookupMatch> {
+        let len = tokens.len();
+        for n in (n_min..=n_max.min(len)).rev() {
+            let suffix = &tokens[len - n..];
+            for e in (n..len).rev() {
+                if &tokens[e - n..e] == suffix {
+                    return Some(LookupMatch { n, start: e });
+                }
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn finds_the_most_recent_longest_match() {
+        let mut index = NgramIndex::new(1, 3).unwrap();
+        // a b c X a b c Y a b c  → the suffix "a b c" last occurred before Y.
+        index.extend(&[1, 2, 3, 10, 1, 2, 3, 11, 1, 2, 3]);
+        let m = index.find().unwrap();
+        assert_eq!(m, LookupMatch { n: 3, start: 7 });
+        assert_eq!(index.continuation(m.start, 5), &[11, 1, 2, 3]);
+        // Only a 1-gram matches: "c 9" is new, "9" occurred once before.
+        index.extend(&[9, 4, 9]);
+        assert_eq!(index.find(), Some(LookupMatch { n: 1, start: 12 }));
+        assert_eq!(index.continuation(12, 1), &[4]);
+        // No match at all.
+        index.push(77);
+        assert_eq!(index.find(), None);
+    }
+
+    #[test]
+    fn the_suffix_is_not_its_own_match() {
+        let mut index = NgramIndex::new(1, 2).unwrap();
+        index.extend(&[5, 6]);
+        assert_eq!(index.find(), None);
+        index.push(5);
+        // "5" occurred at 0, followed by 6.
+        assert_eq!(index.find(), Some(LookupMatch { n: 1, start: 1 }));
+    }
+
+    #[test]
+    fn incremental_index_agrees_with_brute_force_and_is_linear() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        for (n_min, n_max, alphabet) in [(1, 3, 4u32), (2, 4, 3), (1, 1, 6), (3, 5, 2)] {
+            let mut index = NgramIndex::new(n_min, n_max).unwrap();
+            let mut tokens = Vec::new();
+            for _ in 0..400 {
+                let t = rng.random_range(0..alphabet);
+                tokens.push(t);
+                index.push(t);
+                assert_eq!(index.find(), brute(&tokens, n_min, n_max), "{tokens:?}");
+            }
+            // Each token enters at most (n_max - n_min + 1) n-grams: no rescans.
+            let per_token = (n_max - n_min + 1) as u64;
+            assert!(index.insertions() <= per_token * tokens.len() as u64);
+        }
+    }
+
+    #[test]
+    fn sync_extends_or_reindexes() {
+        let mut index = NgramIndex::new(1, 2).unwrap();
+        index.sync(&[1, 2, 3]);
+        let before = index.insertions();
+        index.sync(&[1, 2, 3, 1]);
+        // One token appended: at most two insertions.
+        assert!(index.insertions() - before <= 2);
+        assert_eq!(index.find(), Some(LookupMatch { n: 1, start: 1 }));
+        // A different sequence is re-indexed.
+        index.sync(&[7, 8]);
+        assert_eq!(index.tokens(), &[7, 8]);
+        assert_eq!(index.find(), None);
+    }
+
+    #[test]
+    fn bad_settings_are_errors() {
+        for (min_n, max_n) in [(0, 3), (3, 2), (1, 17)] {
+            let err = NgramIndex::new(min_n, max_n).unwrap_err();
+            assert!(err.to_string().contains("ngram_min"), "{err}");
+        }
+        let err = PromptLookup::new(PromptLookupConfig {
+            k: 0,
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("at least 1"), "{err}");
+    }
+
+    #[test]
+    fn proposals_respect_k_and_depth() {
+        let mut lookup = PromptLookup::new(PromptLookupConfig {
+            k: 3,
+            ngram_max: 2,
+            ngram_min: 1,
+        })
+        .unwrap();
+        let context = [1, 2, 3, 4, 5, 6, 1, 2];
+        assert_eq!(lookup.propose(&context, 10), &[3, 4, 5]);
+        assert_eq!(lookup.propose(&context, 1), &[3]);
+        assert!(lookup.propose(&context, 0).is_empty());
+    }
+}

@@ -1,0 +1,123 @@
+//! The flex backend's skinny path (spec-kernels) against burn's matmul: same logits for f32
+//! weights, close ones for bf16 and Q8_0, and burn's path untouched for inputs over 16 rows.
+
+// A failure in a test or measurement helper is a failure of the run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use burn::backend::Flex;
+use burn::tensor::Tensor;
+use spec_runtime::model::{LoadOptions, SKINNY_MAX_ROWS, WeightFormat};
+use spec_runtime::{
+    Architecture, ForwardRequest, LogitRows, ModelConfig, RandomSource, Transformer,
+};
+
+fn config(architecture: Architecture) -> ModelConfig {
+    ModelConfig {
+        architecture,
+        vocab_size: 67,
+        hidden_size: 48,
+        intermediate_size: 80,
+        num_layers: 2,
+        num_heads: 4,
+        num_kv_heads: 2,
+        head_dim: 12,
+        rms_norm_eps: 1e-6,
+        rope_theta: 10_000.0,
+        max_position_embeddings: 64,
+        tie_word_embeddings: architecture == Architecture::Qwen2,
+        qkv_bias: architecture == Architecture::Qwen2,
+    }
+}
+
+fn model(architecture: Architecture, skinny_format: Option<WeightFormat>) -> Transformer<Flex> {
+    let config = config(architecture);
+    let mut source = RandomSource::new(config.clone(), 5);
+    Transformer::load_with(
+        &config,
+        &mut source,
+        &Default::default(),
+        LoadOptions { skinny_format },
+    )
+    .unwrap()
+}
+
+/// Logits of every token of `tokens` fed `chunk` tokens at a time.
+fn logits(model: &Transformer<Flex>, tokens: &[u32], chunk: usize) -> Vec<f32> {
+    let mut cache = model.new_cache(64);
+    let mut out = Vec::new();
+    for part in tokens.chunks(chunk) {
+        let y: Tensor<Flex, 2> = model
+            .forward(
+                ForwardRequest::tokens(part).logits(LogitRows::All),
+                &mut cache,
+            )
+            .unwrap()
+            .logits
+            .unwrap();
+        out.extend(y.into_data().to_vec::<f32>().unwrap());
+    }
+    out
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> (f32, f32) {
+    assert_eq!(a.len(), b.len());
+    let diff = a
+        .iter()
+        .zip(b)
+        .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+    let scale = b.iter().fold(0.0f32, |m, y| m.max(y.abs()));
+    (diff, scale)
+}
+
+#[test]
+fn skinny_path_is_built_on_flex() {
+    for arch in [Architecture::Llama, Architecture::Qwen2] {
+        let m = model(arch, Some(WeightFormat::F32));
+        assert!(m.blocks[0].attention.q_proj.skinny.is_some());
+        assert!(m.blocks[1].mlp.down_proj.skinny.is_some());
+        assert_eq!(m.tied_head.is_some(), arch == Architecture::Qwen2);
+        assert_eq!(
+            m.lm_head.as_ref().is_some_and(|h| h.skinny.is_some()),
+            arch == Architecture::Llama
+        );
+        let off = model(arch, None);
+        assert!(off.blocks[0].attention.q_proj.skinny.is_none());
+        assert!(off.tied_head.is_none());
+    }
+}
+
+#[test]
+fn f32_skinny_path_matches_burn() {
+    let tokens: Vec<u32> = (0..24).map(|i| (i * 7 + 3) % 67).collect();
+    for arch in [Architecture::Llama, Architecture::Qwen2] {
+        let burn = logits(&model(arch, None), &tokens, 4);
+        let skinny = model(arch, Some(WeightFormat::F32));
+        for chunk in [1, 3, 4, SKINNY_MAX_ROWS] {
+            let (diff, scale) = max_diff(&logits(&skinny, &tokens, chunk), &burn);
+            assert!(
+                diff <= 1e-4 * scale.max(1.0),
+                "{arch:?} chunks of {chunk}: max |Δ| {diff} (max |logit| {scale})"
+            );
+        }
+        // Over 16 rows burn's matmul runs in both models: bit for bit the same.
+        let long = logits(&skinny, &tokens, 24);
+        assert_eq!(long, logits(&model(arch, None), &tokens, 24));
+    }
+}
+
+#[test]
+fn narrow_formats_are_close_but_not_exact() {
+    let tokens: Vec<u32> = (0..12).map(|i| (i * 5 + 1) % 67).collect();
+    for arch in [Architecture::Llama, Architecture::Qwen2] {
+        let burn = logits(&model(arch, None), &tokens, 4);
+        for format in [WeightFormat::Bf16, WeightFormat::Q8_0] {
+            let got = logits(&model(arch, Some(format)), &tokens, 4);
+            let (diff, scale) = max_diff(&got, &burn);
+            assert!(diff > 0.0, "{arch:?} {format}: rounding had no effect");
+            assert!(
+                diff <= 0.05 * scale.max(1.0),
+                "{arch:?} {format}: max |Δ| {diff} (max |logit| {scale})"
+            );
+        }
+    }
+}

@@ -1,0 +1,329 @@
+//! The draft-model drafter.
+
+use std::time::Instant;
+
+use burn::tensor::activation::softmax;
+use burn::tensor::{Tensor, backend::Backend};
+use spec_core::error::Source;
+use spec_core::rng::SpecRng;
+use spec_core::sampling::{SamplingConfig, probabilities, sample_probabilities};
+use spec_core::tree::TokenTree;
+use spec_core::verify::{Proposal, Verdict};
+use spec_engine::{Draft, Drafter, EngineError};
+use spec_runtime::{ForwardRequest, KvCache, LogitRows, RuntimeError, Transformer};
+use spec_tokenizer::TextTokenizer;
+
+use crate::error::{Result, SamplingError};
+use crate::length::{AutoLength, DraftLength};
+use crate::vocab::check_vocabularies;
+
+/// What the drafter has measured so far (see [`AutoLength`] for what the times cover).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Estimates {
+    /// Smoothed acceptance rate of tested drafts.
+    pub alpha: f64,
+    /// Draft time per drafted token ÷ target step time, once both were measured.
+    pub cost_ratio: Option<f64>,
+    pub draft_token_seconds: Option<f64>,
+    pub target_step_seconds: Option<f64>,
+    /// The draft length of the last step.
+    pub last_length: usize,
+}
+
+/// Drafts a chain with a small model of the target's vocabulary, sampling each token from the
+/// draft's distribution `q` under the run's sampling settings, and hands `q` to the verifier.
+///
+/// The drafter keeps its own KV cache. `begin` fills it with the prompt but its last token; each
+/// `draft` first catches up on the context tokens the cache has not seen (after a step: the
+/// verdict's next token and, when every draft was accepted, the last draft), then runs the draft
+/// one token at a time; `accepted` rolls the cache back to the longest prefix the context still
+/// agrees with.
+#[derive(Debug)]
+pub struct DraftModelDrafter<B: Backend> {
+    model: Transformer<B>,
+    cache: KvCache<B>,
+    target_vocab: usize,
+    length: DraftLength,
+    /// The tokens whose keys and values are in `cache`, in order.
+    fed: Vec<u32>,
+    forwards: u64,
+    auto: AutoLength,
+    /// When `draft` last returned with drafts, to time the target step.
+    draft_returned: Option<Instant>,
+    last_length: usize,
+}
+
+impl<B: Backend> DraftModelDrafter<B> {
+    /// A drafter for a target whose output layer has `target_vocab` entries. Without tokenizers
+    /// there is no way to tell padding from real tokens, so the widths must be equal.
+    ///
+    /// # Errors
+    /// An invalid `length` (K = 0, a bad threshold) or different vocabulary widths.
+    pub fn new(model: Transformer<B>, target_vocab: usize, length: DraftLength) -> Result<Self> {
+        if model.vocab_size != target_vocab {
+            return Err(SamplingError::VocabularySize {
+                draft: model.vocab_size,
+                target: target_vocab,
+            });
+        }
+        Self::build(model, target_vocab, length)
+    }
+
+    /// A drafter whose vocabulary is checked against the target's through both tokenizers
+    /// ([`check_vocabularies`]); the model widths may then differ.
+    ///
+    /// # Errors
+    /// An invalid `length`, or tokenizers that do not match.
+    pub fn with_tokenizers(
+        model: Transformer<B>,
+        draft_tokenizer: &TextTokenizer,
+        target_vocab: usize,
+        target_tokenizer: &TextTokenizer,
+        length: DraftLength,
+    ) -> Result<Self> {
+        check_vocabularies(
+            draft_tokenizer,
+            model.vocab_size,
+            target_tokenizer,
+            target_vocab,
+        )?;
+        Self::build(model, target_vocab, length)
+    }
+
+    /// A drafter for a target of a different width whose ids the caller has checked by other
+    /// means (e.g. no tokenizer files at hand): ids beyond the narrower model must be unused.
+    ///
+    /// # Errors
+    /// An invalid `length`.
+    pub fn with_padded_vocabulary(
+        model: Transformer<B>,
+        target_vocab: usize,
+        length: DraftLength,
+    ) -> Result<Self> {
+        Self::build(model, target_vocab, length)
+    }
+
+    fn build(model: Transformer<B>, target_vocab: usize, length: DraftLength) -> Result<Self> {
+        length.validate()?;
+        let cache = model.new_cache(model.max_positions());
+        Ok(Self {
+            model,
+            cache,
+            target_vocab,
+            length,
+            fed: Vec::new(),
+            forwards: 0,
+            auto: AutoLength::default(),
+            draft_returned: None,
+            last_length: 0,
+        })
+    }
+
+    /// Gives the draft a cache of `capacity` positions (default: the draft model's context).
+    /// Past it, steps go on without drafts.
+    pub fn with_cache_capacity(mut self, capacity: usize) -> Self {
+        self.cache = self.model.new_cache(capacity);
+        self.fed.clear();
+        self
+    }
+
+    /// The draft length policy.
+    pub fn length(&self) -> DraftLength {
+        self.length
+    }
+
+    /// Forward passes of the draft model so far (prompt prefills included).
+    pub fn draft_forwards(&self) -> u64 {
+        self.forwards
+    }
+
+    /// The running estimates of `α` and `c`.
+    pub fn estimates(&self) -> Estimates {
+        Estimates {
+            alpha: self.auto.alpha(),
+            cost_ratio: self.auto.cost_ratio(),
+            draft_token_seconds: self.auto.draft_token_seconds(),
+            target_step_seconds: self.auto.target_step_seconds(),
+            last_length: self.last_length,
+        }
+    }
+
+    /// Feeds `tokens` to the draft; logits of the last one when `logits`. On error the cache is
+    /// rolled back to what `fed` says.
+    fn feed(&mut self, tokens: &[u32], logits: bool) -> Result<Option<Tensor<B, 2>>, EngineError> {
+        let rows = if logits {
+            LogitRows::Last
+        } else {
+            LogitRows::None
+        };
+        self.forwards += 1;
+        // A token the draft model cannot embed (an id past a narrower draft's vocabulary, which
+        // only a padded target can produce) goes in as id 0: the draft's context is then slightly
+        // off, which costs acceptance but not exactness, since the verifier gets the q sampled
+        // from. `fed` keeps the real ids so the rollback still compares the true context.
+        let vocab = self.model.vocab_size;
+        let mapped: Vec<u32>;
+        let input = if tokens.iter().any(|&t| t as usize >= vocab) {
+            mapped = tokens
+                .iter()
+                .map(|&t| if (t as usize) < vocab { t } else { 0 })
+                .collect();
+            &mapped[..]
+        } else {
+            tokens
+        };
+        match self
+            .model
+            .forward(ForwardRequest::tokens(input).logits(rows), &mut self.cache)
+        {
+            Ok(out) => {
+                self.fed.extend_from_slice(tokens);
+                Ok(out.logits)
+            }
+            Err(e) => {
+                self.cache.truncate(self.fed.len());
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Forgets every fed token from the first one `context` disagrees with.
+    fn roll_back_to(&mut self, context: &[u32]) {
+        let keep = self
+            .fed
+            .iter()
+            .zip(context)
+            .take_while(|(a, b)| a == b)
+            .count();
+        self.fed.truncate(keep);
+        self.cache.truncate(keep);
+    }
+
+    /// Logits `[1, draft vocab]` to the target's width: extra draft ids (padding, by the
+    /// construction check) are dropped here; missing ones are added to `q` as zeros later.
+    fn fit_logits(&self, logits: Tensor<B, 2>) -> Tensor<B, 2> {
+        let vocab = logits.dims()[1];
+        if vocab > self.target_vocab {
+            logits.narrow(1, 0, self.target_vocab)
+        } else {
+            logits
+        }
+    }
+
+    fn pad_q(&self, q: Tensor<B, 2>) -> Tensor<B, 2> {
+        let [rows, vocab] = q.dims();
+        if vocab >= self.target_vocab {
+            return q;
+        }
+        let zeros = Tensor::zeros([rows, self.target_vocab - vocab], &q.device());
+        Tensor::cat(vec![q, zeros], 1)
+    }
+
+    fn next_length(&self) -> usize {
+        match self.length {
+            DraftLength::Fixed(k) | DraftLength::Confident { max: k, .. } => k,
+            DraftLength::Auto { max } => self.auto.choose(max),
+        }
+    }
+}
+
+/// The draft model's top probability in a `[1, vocab]` row of logits (softmax at temperature 1).
+fn top_probability<B: Backend>(logits: Tensor<B, 2>) -> f64 {
+    softmax(logits, 1)
+        .max()
+        .into_data()
+        .iter::<f64>()
+        .next()
+        .unwrap_or(f64::NAN)
+}
+
+impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
+    fn name(&self) -> &str {
+        "sampling"
+    }
+
+    fn begin(&mut self, prompt: &[u32]) -> Result<(), EngineError> {
+        self.fed.clear();
+        self.cache.truncate(0);
+        self.draft_returned = None;
+        let split = prompt.len().saturating_sub(1);
+        // A prompt too long for the draft's cache is not an error: the steps go without drafts.
+        if split > 0 && split < self.cache.capacity() {
+            self.feed(&prompt[..split], false)?;
+        }
+        Ok(())
+    }
+
+    fn draft(
+        &mut self,
+        context: &[u32],
+        max_depth: usize,
+        sampling: &SamplingConfig,
+        rng: &mut SpecRng,
+    ) -> Result<Draft<B>, EngineError> {
+        let Some((&root, before)) = context.split_last() else {
+            return Err(EngineError::Drafter("the context is empty".into()));
+        };
+        self.draft_returned = None;
+        self.roll_back_to(before);
+        let pending_len = context.len() - self.fed.len();
+        let room = self.cache.capacity().saturating_sub(self.fed.len());
+        // The root and the first k − 1 drafts go through the draft: k ≤ room − pending + 1.
+        let k = self
+            .next_length()
+            .min(max_depth)
+            .min((room + 1).saturating_sub(pending_len));
+        self.last_length = k;
+        if k == 0 {
+            return Ok(Draft::none(root));
+        }
+
+        let start = Instant::now();
+        let forwards_before = self.forwards;
+        let mut pending = context[self.fed.len()..].to_vec();
+        let mut rows = Vec::with_capacity(k);
+        let mut drafted = Vec::with_capacity(k);
+        for i in 0..k {
+            let logits = self
+                .feed(&pending, true)?
+                .ok_or_else(|| RuntimeError::InvalidRequest("no logits returned".into()))?;
+            if let DraftLength::Confident { threshold, .. } = self.length
+                && i > 0
+                && top_probability(logits.clone()) < threshold
+            {
+                break;
+            }
+            let q = probabilities(self.fit_logits(logits), sampling)?;
+            // Greedy settings make q the point mass on the argmax, which this draws whatever the
+            // uniform; sampled settings draw from q, the distribution the verifier is handed.
+            let token = sample_probabilities(q.clone(), rng, Source::Draft)?[0];
+            rows.push(q);
+            drafted.push(token);
+            pending = vec![token];
+        }
+        let q = self.pad_q(Tensor::cat(rows, 0));
+        self.auto
+            .record_draft(start.elapsed().as_secs_f64() / drafted.len() as f64);
+        self.draft_returned = Some(Instant::now());
+        Ok(Draft {
+            tree: TokenTree::chain(root, &drafted),
+            proposal: Proposal::Sampled(q),
+            draft_forwards: (self.forwards - forwards_before) as usize,
+        })
+    }
+
+    fn accepted(
+        &mut self,
+        context: &[u32],
+        tree: &TokenTree,
+        verdict: &Verdict,
+    ) -> Result<(), EngineError> {
+        if let Some(t) = self.draft_returned.take() {
+            self.auto.record_target(t.elapsed().as_secs_f64());
+        }
+        self.auto
+            .record_step(tree.drafted(), verdict.accepted.len());
+        self.roll_back_to(context);
+        Ok(())
+    }
+}

@@ -1,0 +1,56 @@
+//! Speculative sampling with a draft model (Leviathan, Kalman & Matias 2023, "Fast Inference from
+//! Transformers via Speculative Decoding"; Chen et al. 2023, "Accelerating Large Language Model
+//! Decoding with Speculative Sampling").
+//!
+//! # The method
+//! A small draft model `M_q` proposes `K` tokens autoregressively, sampling each one from its own
+//! distribution under the run's sampling settings:
+//!
+//! ```text
+//! x_i ~ q_i(·) = probabilities(M_q(context, x_1..x_{i-1}), sampling),   i = 1..K
+//! ```
+//!
+//! The target `M_p` scores the chain in one forward pass, giving `p_1..p_{K+1}`. Draft `x_i` is
+//! accepted with probability `min(1, p_i(x_i) / q_i(x_i))`; at the first rejection the next token
+//! is drawn from the residual `norm(max(0, p_i − q_i))`, and after `K` acceptances a bonus token
+//! is drawn from `p_{K+1}`. One step yields between 1 and `K + 1` tokens.
+//!
+//! # What is exact, and why
+//! The accept/residual rule makes every produced token follow `p` exactly (Leviathan et al.,
+//! Theorem 1), whatever `q` is, provided the verifier is handed the very `q` each draft was sampled
+//! from. This crate only drafts: it samples with [`spec_core::sampling::sample_probabilities`]
+//! from the `q` it stacks into [`Proposal::Sampled`](spec_core::verify::Proposal::Sampled), and
+//! the acceptance test, residual and bonus draw come from `spec-core`'s verifier through the loop
+//! of `spec-engine`. Greedy settings (temperature 0) make `q` and `p` point masses on the argmax,
+//! so the output equals plain greedy decoding of the target token for token.
+//! Sampled output follows the same *distribution* as plain sampling but not the same tokens for
+//! a seed: drafts and verification draw their own uniforms from the run's random stream.
+//!
+//! # Vocabularies
+//! The draft's token ids must mean the same as the target's. [`check_vocabularies`] compares the
+//! tokenizers (`first_vocab_difference`); a draft vocabulary that is a prefix of the target's,
+//! padded with unused ids, is accepted. Model vocabularies may be wider than their tokenizers
+//! (Qwen2.5's output layer has 151,936 rows for 151,665 tokens): `q` is given the target's width,
+//! with zeros in the ids the draft model lacks; a draft model wider than the target has its extra
+//! logits dropped before `q` is computed (they are padding by the tokenizer check), so `q` is still
+//! exactly what was sampled from.
+//!
+//! # Knobs and defaults
+//! * [`DraftLength`]: a fixed `K` (default 4); [`DraftLength::Confident`], which stops a chain
+//!   early once the draft model's own top probability (softmax of its raw logits) falls below a
+//!   threshold; [`DraftLength::Auto`], which picks `K ∈ 1..=K_max` (default `K_max` 8) each step to
+//!   maximize the expected tokens per unit of time `E[τ] / (K·c + 1)`, with
+//!   `E[τ] = (1 − α^{K+1}) / (1 − α)` (Leviathan et al., section 3.4) and `α`, `c` estimated from
+//!   the run (see [`AutoLength`]).
+//! * The draft's cache capacity (default: the draft model's context). When the context outgrows it,
+//!   steps fall back to plain decoding (no drafts) instead of failing.
+
+mod drafter;
+mod error;
+mod length;
+mod vocab;
+
+pub use drafter::{DraftModelDrafter, Estimates};
+pub use error::{Result, SamplingError};
+pub use length::{AutoLength, DEFAULT_K, DEFAULT_K_MAX, DraftLength, best_length, expected_tokens};
+pub use vocab::check_vocabularies;

@@ -1,0 +1,141 @@
+//! Greedy speculative sampling reproduces plain greedy decoding token for token; a draft equal to
+//! the target is always accepted.
+
+// Test helpers outside #[test] functions unwrap too; a failure there is a test failure.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{B, config, model, scaled_model};
+use spec_core::sampling::SamplingConfig;
+use spec_engine::generate_speculative;
+use spec_runtime::{GenerateOptions, generate_plain};
+use spec_sampling::{DraftLength, DraftModelDrafter};
+
+const PROMPTS: [&[u32]; 4] = [&[5, 61, 17, 88], &[1], &[90, 2, 2, 2, 2, 7], &[33, 34, 35]];
+
+#[test]
+fn self_draft_greedy_accepts_everything_and_equals_plain() {
+    let c = config(97, 32, 2, 128);
+    let target = model(&c, 3);
+    let options = GenerateOptions::new(30, SamplingConfig::greedy());
+    for k in [1, 3, 5] {
+        let mut drafter =
+            DraftModelDrafter::<B>::new(model(&c, 3), c.vocab_size, DraftLength::Fixed(k)).unwrap();
+        for prompt in PROMPTS {
+            let plain = generate_plain(&target, prompt, &options, &mut |_| {}).unwrap();
+            let spec =
+                generate_speculative(&target, &mut drafter, prompt, &options, &mut |_| {}).unwrap();
+            assert_eq!(spec.tokens, plain.tokens, "k={k} prompt={prompt:?}");
+            let m = &spec.metrics;
+            assert!(m.drafted > 0);
+            assert_eq!(m.accepted, m.drafted, "k={k}: α must be 1 for a self-draft");
+            // Every step but possibly the last produced k + 1 tokens.
+            assert!(m.target_forwards <= 30u64.div_ceil(k as u64 + 1) + 1);
+            assert_eq!(
+                m.draft_forwards, m.drafted,
+                "one draft forward per drafted token"
+            );
+        }
+    }
+}
+
+#[test]
+fn self_draft_sampled_is_always_accepted() {
+    // The draft's q equals the target's p up to float rounding (one token at a time vs a batch of
+    // K + 1), so min(1, p/q) ≈ 1 and essentially every draft is accepted. The output is not the
+    // token sequence plain sampling gives for the same seed (drafting and verification draw their
+    // own uniforms from the stream); that it has the same law is tests/statistical.rs's job.
+    let c = config(97, 32, 2, 128);
+    let target = model(&c, 3);
+    let mut total = (0, 0);
+    for (seed, sampling) in [
+        (1, SamplingConfig::with_temperature(1.0)),
+        (2, SamplingConfig::with_temperature(0.7).top_p(0.9)),
+    ] {
+        let options = GenerateOptions::new(40, sampling.seed(seed));
+        let mut drafter =
+            DraftModelDrafter::<B>::new(model(&c, 3), c.vocab_size, DraftLength::Fixed(4)).unwrap();
+        let spec =
+            generate_speculative(&target, &mut drafter, PROMPTS[0], &options, &mut |_| {}).unwrap();
+        assert_eq!(spec.tokens.len(), 40);
+        total.0 += spec.metrics.accepted;
+        total.1 += spec.metrics.drafted;
+        // Same seed, same output: the run is reproducible.
+        let again =
+            generate_speculative(&target, &mut drafter, PROMPTS[0], &options, &mut |_| {}).unwrap();
+        assert_eq!(again.tokens, spec.tokens);
+    }
+    assert!(total.1 > 40);
+    assert!(
+        total.0 as f64 >= 0.98 * total.1 as f64,
+        "accepted {} of {}",
+        total.0,
+        total.1
+    );
+}
+
+#[test]
+fn different_draft_greedy_equals_plain() {
+    let c = config(97, 32, 2, 128);
+    let target = model(&c, 3);
+    // A different model of the same vocabulary, and a sharper one; both disagree with the target
+    // often, so rejections and corrections are exercised.
+    let drafts = [
+        model(&config(97, 16, 1, 128), 8),
+        scaled_model(&config(97, 32, 3, 128), 9, 3.0),
+    ];
+    let options = GenerateOptions::new(24, SamplingConfig::greedy());
+    for (d, draft) in drafts.into_iter().enumerate() {
+        for length in [
+            DraftLength::Fixed(1),
+            DraftLength::Fixed(2),
+            DraftLength::Fixed(4),
+            DraftLength::Fixed(7),
+            DraftLength::Confident {
+                max: 6,
+                threshold: 0.3,
+            },
+            DraftLength::Auto { max: 8 },
+        ] {
+            let mut drafter =
+                DraftModelDrafter::<B>::new(draft.clone(), c.vocab_size, length).unwrap();
+            let (mut drafted, mut accepted) = (0, 0);
+            for prompt in PROMPTS {
+                let plain = generate_plain(&target, prompt, &options, &mut |_| {}).unwrap();
+                let spec =
+                    generate_speculative(&target, &mut drafter, prompt, &options, &mut |_| {})
+                        .unwrap();
+                assert_eq!(spec.tokens, plain.tokens, "draft {d} {length:?} {prompt:?}");
+                drafted += spec.metrics.drafted;
+                accepted += spec.metrics.accepted;
+            }
+            assert!(drafted > 0);
+            assert!(
+                accepted < drafted,
+                "draft {d} {length:?}: a different model must miss"
+            );
+            let estimates = drafter.estimates();
+            assert!(estimates.alpha > 0.0 && estimates.alpha < 1.0);
+            assert!(estimates.cost_ratio.is_some_and(|c| c > 0.0));
+        }
+    }
+}
+
+#[test]
+fn short_draft_cache_falls_back_to_plain_steps() {
+    let c = config(97, 32, 2, 128);
+    let target = model(&c, 3);
+    let options = GenerateOptions::new(20, SamplingConfig::greedy());
+    let plain = generate_plain(&target, PROMPTS[0], &options, &mut |_| {}).unwrap();
+    // Room for the prompt and a few drafts only: later steps go without drafts.
+    let mut drafter =
+        DraftModelDrafter::<B>::new(model(&c, 3), c.vocab_size, DraftLength::Fixed(3))
+            .unwrap()
+            .with_cache_capacity(10);
+    let spec =
+        generate_speculative(&target, &mut drafter, PROMPTS[0], &options, &mut |_| {}).unwrap();
+    assert_eq!(spec.tokens, plain.tokens);
+    assert!(spec.metrics.drafted > 0);
+    assert!(spec.metrics.drafted < 20);
+}

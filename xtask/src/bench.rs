@@ -1,0 +1,137 @@
+//! `cargo xtask bench [OPTIONS]`: build `spec` (release), fetch the reference models the run
+//! needs, then run `spec bench OPTIONS` from the workspace root. Every option is `spec bench`'s
+//! (`cargo xtask bench --help` prints them); see `docs/benchmarks.md`, "cargo xtask bench".
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{Context, Result, bail};
+
+use crate::run;
+
+/// Arguments of `cargo xtask bench`: passed through to `spec bench` unchanged.
+#[derive(clap::Args)]
+#[command(disable_help_flag = true)]
+pub(crate) struct BenchArgs {
+    /// Options of `spec bench` (`--quick`, `--methods`, `--models`, …; `--help` lists them).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<String>,
+}
+
+pub(crate) fn run_bench(args: BenchArgs) -> Result<()> {
+    let root = workspace_root();
+    let features = backend_feature(&args.args)?;
+    let spec = |extra: &[&str]| {
+        let mut c = cargo();
+        c.current_dir(&root)
+            .args([
+                "run",
+                "--quiet",
+                "--release",
+                "-p",
+                "spec-cli",
+                "--bin",
+                "spec",
+            ])
+            .args(features.iter().flat_map(|f| ["--features", *f]))
+            .args(["--", "bench"])
+            .args(&args.args)
+            .args(extra);
+        c
+    };
+    if args.args.iter().any(|a| a == "--help" || a == "-h") {
+        return run(&mut spec(&[]));
+    }
+
+    eprintln!("xtask: building spec (release; the first build takes minutes)");
+    run(cargo()
+        .current_dir(&root)
+        .args(["build", "--release", "-p", "spec-cli"])
+        .args(features.iter().flat_map(|f| ["--features", *f])))?;
+
+    // `spec bench` decides which models a run needs; ask it rather than repeat its rules here.
+    let mut list = spec(&["--list-models"]);
+    eprintln!("xtask: running {list:?}");
+    let output = list
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("could not start {list:?}"))?;
+    if !output.status.success() {
+        bail!("{list:?} failed with {}", output.status);
+    }
+    let names: Vec<String> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if !names.is_empty() {
+        let xtask = std::env::current_exe().context("locating the xtask binary")?;
+        run(Command::new(xtask).arg("fetch-models").args(&names))?;
+    }
+    run(&mut spec(&[]))
+}
+
+/// The cargo feature `spec` needs for `--backend NAME` (flex is the default feature).
+fn backend_feature(args: &[String]) -> Result<Option<&'static str>> {
+    let mut value = None;
+    for (i, a) in args.iter().enumerate() {
+        if let Some(v) = a.strip_prefix("--backend=") {
+            value = Some(v.to_owned());
+        } else if a == "--backend" {
+            value = args.get(i + 1).cloned();
+        }
+    }
+    Ok(match value.as_deref() {
+        None | Some("flex") => None,
+        Some("wgpu") => Some("wgpu"),
+        Some("cuda") => Some("cuda"),
+        Some(other) => bail!("--backend takes flex, wgpu or cuda, not `{other}`"),
+    })
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+}
+
+fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn backend_picks_the_feature() {
+        assert_eq!(backend_feature(&strings(&["--quick"])).unwrap(), None);
+        assert_eq!(
+            backend_feature(&strings(&["--backend", "wgpu", "--quick"])).unwrap(),
+            Some("wgpu")
+        );
+        assert_eq!(
+            backend_feature(&strings(&["--backend=cuda"])).unwrap(),
+            Some("cuda")
+        );
+        assert_eq!(
+            backend_feature(&strings(&["--backend", "flex"])).unwrap(),
+            None
+        );
+        assert!(backend_feature(&strings(&["--backend", "tpu"])).is_err());
+    }
+
+    #[test]
+    fn the_workspace_root_holds_the_prompt_set() {
+        assert!(
+            workspace_root()
+                .join("benches/prompts/spec-bench-mini.jsonl")
+                .is_file()
+        );
+    }
+}
