@@ -1348,6 +1348,8 @@ mod tests {
             ]
         );
         assert_eq!(p.groups[0].1[1].draft.as_deref(), Some("d.gguf"));
+        assert_eq!(p.groups[0].1[2].draft, None);
+        assert_eq!(p.max_new_tokens, 7);
         // A listed plain is the baseline of the sampling group, not a group of its own.
         let p = plan(&args(&["--methods", "plain,sampling"])).unwrap();
         assert_eq!(
@@ -1362,8 +1364,6 @@ mod tests {
             labels(&p),
             [("m.gguf".to_owned(), vec!["plain".to_owned()])]
         );
-        assert_eq!(p.groups[0].1[2].draft, None);
-        assert_eq!(p.max_new_tokens, 7);
         assert!(plan(&args(&["--models", "a,b,c"])).is_err());
         assert!(plan(&args(&["--repeats", "0"])).is_err());
     }

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)] // test helpers: a failure is a test failure
 
 use burn::backend::Flex;
+use spec_runtime::model::LoadOptions;
 use spec_runtime::{
     Architecture, HostTensor, ModelConfig, RandomSource, Result, Transformer, WeightSource,
 };
@@ -56,7 +57,12 @@ pub fn poisoned_model(config: &ModelConfig, seed: u64) -> Transformer<B> {
             }
         }),
     };
-    Transformer::load(config, &mut source, &Default::default()).unwrap()
+    // The skinny kernel refuses non-finite weights when it packs them (a load-time error), so
+    // this model runs burn's matmul and produces the NaN logits at run time, as wanted here.
+    let options = LoadOptions {
+        skinny_format: None,
+    };
+    Transformer::load_with(config, &mut source, &Default::default(), options).unwrap()
 }
 
 /// Changes a tensor by name as it is loaded.
