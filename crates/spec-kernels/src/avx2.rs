@@ -1,8 +1,8 @@
 //! The AVX2 + FMA kernel (x86-64, through `pulp`'s safe intrinsics; detected at run time).
 //!
-//! Every format presents a weight row as blocks of 32 weights widened to four f32 vectors, so one
-//! register tile serves all three: `R` weight rows × `MR` rows of `x`, each pair accumulating an
-//! 8-lane partial dot product, reduced once at the end of the row.
+//! Every format presents a weight row as blocks of 32 weights read as four f32 vectors, so one
+//! register tile serves all three: a few weight rows × a few rows of `x`, each pair accumulating
+//! an 8-lane partial dot product, reduced once at the end of the row.
 
 #[cfg(target_arch = "x86_64")]
 mod imp {
@@ -14,18 +14,15 @@ mod imp {
 
     use crate::pack::{BLOCK, PackedMatrix, Storage};
 
-    /// Weight rows a tile holds.
-    const R: usize = 4;
-    /// Rows of `x` a tile holds (the tail of `m` runs with fewer).
-    const MR: usize = 2;
 
     pub(crate) fn available() -> bool {
         V3::is_available()
     }
 
-    /// A weight row as 32-weight blocks the tile can widen to f32.
+    /// A weight row as 32-weight blocks, each read as four f32 vectors of 8 consecutive weights.
     trait Row: Copy {
-        fn block(self, simd: V3, b: usize) -> [f32x8; 4];
+        /// Weights `32 b + 8 j .. 32 b + 8 j + 8` widened to f32, `j < 4`.
+        fn part(self, simd: V3, b: usize, j: usize) -> f32x8;
     }
 
     #[derive(Clone, Copy)]
@@ -33,8 +30,8 @@ mod imp {
 
     impl Row for F32Row<'_> {
         #[inline(always)]
-        fn block(self, _simd: V3, b: usize) -> [f32x8; 4] {
-            self.0[b]
+        fn part(self, _simd: V3, b: usize, j: usize) -> f32x8 {
+            self.0[b][j]
         }
     }
 
@@ -43,16 +40,14 @@ mod imp {
 
     impl Row for Bf16Row<'_> {
         #[inline(always)]
-        fn block(self, simd: V3, b: usize) -> [f32x8; 4] {
-            let [w0, w1] = self.0[b];
-            let mask = simd.splat_u32x8(0xFFFF_0000);
+        fn part(self, simd: V3, b: usize, j: usize) -> f32x8 {
+            let w = self.0[b][j / 2];
             // High halves are weights 0..8 of each 16-chunk, low halves 8..16.
-            [
-                cast(simd.and_u32x8(w0, mask)),
-                cast(simd.shl_const_u32x8::<16>(w0)),
-                cast(simd.and_u32x8(w1, mask)),
-                cast(simd.shl_const_u32x8::<16>(w1)),
-            ]
+            if j % 2 == 0 {
+                cast(simd.and_u32x8(w, simd.splat_u32x8(0xFFFF_0000)))
+            } else {
+                cast(simd.shl_const_u32x8::<16>(w))
+            }
         }
     }
 
@@ -64,47 +59,107 @@ mod imp {
 
     impl Row for Q8Row<'_> {
         #[inline(always)]
-        fn block(self, simd: V3, b: usize) -> [f32x8; 4] {
+        fn part(self, simd: V3, b: usize, j: usize) -> f32x8 {
             let w = self.quants[b];
-            let scale = simd.splat_f32x8(self.scales[b]);
             // Byte j of every lane is the quant of weight 8j + lane: sign-extend it in place.
-            let q: [i32x8; 4] = [
-                simd.shr_const_i32x8::<24>(simd.shl_const_i32x8::<24>(w)),
-                simd.shr_const_i32x8::<24>(simd.shl_const_i32x8::<16>(w)),
-                simd.shr_const_i32x8::<24>(simd.shl_const_i32x8::<8>(w)),
-                simd.shr_const_i32x8::<24>(w),
-            ];
-            q.map(|q| simd.mul_f32x8(simd.convert_i32x8_to_f32x8(q), scale))
+            let q = match j {
+                0 => simd.shr_const_i32x8::<24>(simd.shl_const_i32x8::<24>(w)),
+                1 => simd.shr_const_i32x8::<24>(simd.shl_const_i32x8::<16>(w)),
+                2 => simd.shr_const_i32x8::<24>(simd.shl_const_i32x8::<8>(w)),
+                _ => simd.shr_const_i32x8::<24>(w),
+            };
+            let scale = simd.splat_f32x8(self.scales[b]);
+            simd.mul_f32x8(simd.convert_i32x8_to_f32x8(q), scale)
         }
     }
 
     /// The dot products of `rows` with `xs`, `out[r][i] = rows[r] · xs[i]`.
+    ///
+    /// Per vector of a block, the `M` vectors of `x` are loaded once and each widened weight
+    /// vector is used `M` times: `RR + M` loads for `RR × M` FMAs, and the `RR × M` accumulators,
+    /// `M` vectors of `x` and one of weights fit in the 16 AVX registers for the shapes used
+    /// (8 × 1, 4 × 2). Sums are reduced horizontally once, at the end of the rows.
     #[inline(always)]
     fn tile<W: Row, const RR: usize, const M: usize>(
         simd: V3,
-        rows: [W; RR],
-        xs: [&[[f32x8; 4]]; M],
+        rows: &[W; RR],
+        xs: &[&[[f32x8; 4]]; M],
         blocks: usize,
     ) -> [[f32; M]; RR] {
         let zero = simd.splat_f32x8(0.0);
         let mut acc = [[zero; M]; RR];
         for b in 0..blocks {
-            let xb: [[f32x8; 4]; M] = xs.map(|x| x[b]);
-            for r in 0..RR {
-                let w = rows[r].block(simd, b);
+            for j in 0..4 {
+                let mut xv = [zero; M];
                 for i in 0..M {
-                    let mut a = acc[r][i];
-                    for j in 0..4 {
-                        a = simd.mul_add_f32x8(w[j], xb[i][j], a);
+                    xv[i] = xs[i][b][j];
+                }
+                for r in 0..RR {
+                    let w = rows[r].part(simd, b, j);
+                    for i in 0..M {
+                        acc[r][i] = simd.mul_add_f32x8(w, xv[i], acc[r][i]);
                     }
-                    acc[r][i] = a;
                 }
             }
         }
-        acc.map(|row| row.map(|a| simd.reduce_sum_f32s(a)))
+        let mut out = [[0.0f32; M]; RR];
+        for r in 0..RR {
+            for i in 0..M {
+                out[r][i] = simd.reduce_sum_f32s(acc[r][i]);
+            }
+        }
+        out
     }
 
-    /// Runs the tiles over weight rows `rows` for every row of `x`.
+    /// Weight rows `r..r + RR` against rows `i..i + M` of `x`, written into `outs`.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn run_tile<'x, W: Row, const RR: usize, const M: usize>(
+        simd: V3,
+        row: &impl Fn(usize) -> W,
+        r: usize,
+        col: usize,
+        i: usize,
+        x_row: &impl Fn(usize) -> &'x [[f32x8; 4]],
+        blocks: usize,
+        outs: &mut [&mut [f32]],
+    ) {
+        let ws: [W; RR] = std::array::from_fn(|t| row(r + t));
+        let xs: [&[[f32x8; 4]]; M] = std::array::from_fn(|t| x_row(i + t));
+        let out = tile(simd, &ws, &xs, blocks);
+        for (t, o) in out.iter().enumerate() {
+            for (u, v) in o.iter().enumerate() {
+                outs[i + u][col + t] = *v;
+            }
+        }
+    }
+
+    /// Weight rows `r..r + RR` against every row of `x`: tiles of 2 rows of `x`, then the
+    /// remaining one.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn run_rows<'x, W: Row, const RR: usize>(
+        simd: V3,
+        row: &impl Fn(usize) -> W,
+        r: usize,
+        col: usize,
+        x_row: &impl Fn(usize) -> &'x [[f32x8; 4]],
+        blocks: usize,
+        m: usize,
+        outs: &mut [&mut [f32]],
+    ) {
+        let mut i = 0;
+        while i + 2 <= m {
+            run_tile::<W, RR, 2>(simd, row, r, col, i, x_row, blocks, outs);
+            i += 2;
+        }
+        if i < m {
+            run_tile::<W, RR, 1>(simd, row, r, col, i, x_row, blocks, outs);
+        }
+    }
+
+    /// Runs the tiles over weight rows `rows` for every row of `x`. One row of `x` (a decode
+    /// step) takes 8 weight rows a tile; more take 4, reused by 2 rows of `x` at once.
     #[inline(always)]
     fn sweep<W: Row>(
         simd: V3,
@@ -118,33 +173,19 @@ mod imp {
         let x_row = |i: usize| &x[i * blocks..(i + 1) * blocks];
         let start = rows.start;
         let mut r = rows.start;
-        while r < rows.end {
-            if rows.end - r >= R {
-                let ws: [W; R] = std::array::from_fn(|t| row(r + t));
-                let mut i = 0;
-                while i + MR <= m {
-                    let out = tile(simd, ws, [x_row(i), x_row(i + 1)], blocks);
-                    for (t, o) in out.iter().enumerate() {
-                        outs[i][r - start + t] = o[0];
-                        outs[i + 1][r - start + t] = o[1];
-                    }
-                    i += MR;
-                }
-                if i < m {
-                    let out = tile(simd, ws, [x_row(i)], blocks);
-                    for (t, o) in out.iter().enumerate() {
-                        outs[i][r - start + t] = o[0];
-                    }
-                }
-                r += R;
-            } else {
-                let ws = [row(r)];
-                for (i, out_row) in outs.iter_mut().enumerate().take(m) {
-                    let out = tile(simd, ws, [x_row(i)], blocks);
-                    out_row[r - start] = out[0][0];
-                }
-                r += 1;
+        if m == 1 {
+            while rows.end - r >= 8 {
+                run_tile::<W, 8, 1>(simd, &row, r, r - start, 0, &x_row, blocks, outs);
+                r += 8;
             }
+        }
+        while rows.end - r >= 4 {
+            run_rows::<W, 4>(simd, &row, r, r - start, &x_row, blocks, m, outs);
+            r += 4;
+        }
+        while r < rows.end {
+            run_rows::<W, 1>(simd, &row, r, r - start, &x_row, blocks, m, outs);
+            r += 1;
         }
     }
 

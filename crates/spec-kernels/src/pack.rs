@@ -15,6 +15,8 @@ pub const BLOCK: usize = 32;
 /// Below this many stored weights a product runs on the calling thread: splitting costs more
 /// than it saves.
 const PARALLEL_MIN_WEIGHTS: usize = 1 << 16;
+/// From this many weights a product is split into several blocks per thread.
+const LARGE_PRODUCT_WEIGHTS: usize = 1 << 22;
 
 /// How weights are stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -279,8 +281,10 @@ impl PackedMatrix {
         let blocks = if threads <= 1 || n * kp < PARALLEL_MIN_WEIGHTS {
             1
         } else {
-            // A few blocks per thread balance a machine shared with other work.
-            (threads * 4).min(n.div_ceil(16)).max(1)
+            // Large products: a few blocks per thread balance a machine shared with other work.
+            // Small ones: one block per thread, as each split costs a wake-up and a sum.
+            let per_thread = if n * kp < LARGE_PRODUCT_WEIGHTS { 1 } else { 4 };
+            (threads * per_thread).min(n.div_ceil(16)).max(1)
         };
         if blocks == 1 {
             let mut outs: Vec<&mut [f32]> = y.chunks_exact_mut(n).collect();
