@@ -481,8 +481,18 @@ fn check_truncation_edges<B: Backend>(device: &B::Device) {
         );
         for (row, (got, logits)) in got.iter().zip(rows_f64(&logits, vocab)).enumerate() {
             let want = reference::probabilities(&logits, &config, Source::Target, row).unwrap();
-            let kept = |p: &[f64]| (0..vocab).filter(|&j| p[j] > 0.0).collect::<Vec<_>>();
-            assert_eq!(kept(got), kept(&want), "{config:?} row {row}");
+            // The kept sets agree, except that a cut-off within f32 rounding of a token's
+            // cumulative mass (top-p 0.999999 on a long tail) may fall on either side of it on
+            // backends that sum in f32 (a cumulative f32 sum over 5,000 tokens drifts by a few
+            // 1e-6): such tokens together hold at most 1e-5.
+            let differing: f64 = (0..vocab)
+                .filter(|&j| (got[j] > 0.0) != (want[j] > 0.0))
+                .map(|j| got[j].max(want[j]))
+                .sum();
+            assert!(
+                differing <= 1e-5,
+                "{config:?} row {row}: kept sets differ by mass {differing}"
+            );
             let within = got.iter().zip(&want).all(|(a, b)| (a - b).abs() < 2e-6);
             assert!(within, "{config:?} row {row}");
         }
