@@ -72,17 +72,65 @@ pub(crate) fn run_bench(args: BenchArgs) -> Result<()> {
     run(&mut spec(&[]))
 }
 
-/// The cargo feature `spec` needs for `--backend NAME` (flex is the default feature).
-fn backend_feature(args: &[String]) -> Result<Option<&'static str>> {
+/// Arguments of `cargo xtask bench-forward`: passed through to `spec bench-forward`.
+#[derive(clap::Args)]
+#[command(disable_help_flag = true)]
+pub(crate) struct BenchForwardArgs {
+    /// Options of `spec bench-forward` (`--model NAME`, `--weights`, `--reps`, `--json`;
+    /// `--help` lists them).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<String>,
+}
+
+/// `cargo xtask bench-forward`: build `spec` (release), fetch the model when `--model` names a
+/// reference model, run `spec bench-forward OPTIONS`.
+pub(crate) fn run_bench_forward(args: BenchForwardArgs) -> Result<()> {
+    let root = workspace_root();
+    let mut spec = cargo();
+    spec.current_dir(&root)
+        .args([
+            "run",
+            "--quiet",
+            "--release",
+            "-p",
+            "spec-cli",
+            "--bin",
+            "spec",
+        ])
+        .args(["--", "bench-forward"])
+        .args(&args.args);
+    if !args.args.iter().any(|a| a == "--help" || a == "-h") {
+        eprintln!("xtask: building spec (release; the first build takes minutes)");
+        run(cargo()
+            .current_dir(&root)
+            .args(["build", "--release", "-p", "spec-cli"]))?;
+        if let Some(model) = flag_value(&args.args, "--model")
+            && spec_models::reference_model(&model).is_some()
+        {
+            let xtask = std::env::current_exe().context("locating the xtask binary")?;
+            run(Command::new(xtask).arg("fetch-models").arg(&model))?;
+        }
+    }
+    run(&mut spec)
+}
+
+/// The value of `--name VALUE` or `--name=VALUE` in `args`, the last one if repeated.
+fn flag_value(args: &[String], name: &str) -> Option<String> {
+    let prefix = format!("{name}=");
     let mut value = None;
     for (i, a) in args.iter().enumerate() {
-        if let Some(v) = a.strip_prefix("--backend=") {
+        if let Some(v) = a.strip_prefix(&prefix) {
             value = Some(v.to_owned());
-        } else if a == "--backend" {
+        } else if a == name {
             value = args.get(i + 1).cloned();
         }
     }
-    Ok(match value.as_deref() {
+    value
+}
+
+/// The cargo feature `spec` needs for `--backend NAME` (flex is the default feature).
+fn backend_feature(args: &[String]) -> Result<Option<&'static str>> {
+    Ok(match flag_value(args, "--backend").as_deref() {
         None | Some("flex") => None,
         Some("wgpu") => Some("wgpu"),
         Some("cuda") => Some("cuda"),

@@ -41,6 +41,9 @@ enum Cmd {
     FetchModels(fetch::FetchArgs),
     /// Build `spec` (release), fetch the models, run `spec bench` (options pass through).
     Bench(bench::BenchArgs),
+    /// Build `spec` (release) and time forward passes over 1..16 tokens per weight format
+    /// (`spec bench-forward`; options pass through).
+    BenchForward(bench::BenchForwardArgs),
     /// Count token bigrams over text corpora: the draft model of `--method bigram`.
     TrainBigram(train_bigram::TrainBigramArgs),
 }
@@ -50,6 +53,7 @@ fn main() -> Result<()> {
         Cmd::Test { no_wgpu, no_models } => test(no_wgpu, no_models),
         Cmd::FetchModels(args) => fetch::run(args),
         Cmd::Bench(args) => bench::run_bench(args),
+        Cmd::BenchForward(args) => bench::run_bench_forward(args),
         Cmd::TrainBigram(args) => train_bigram::run(args),
     }
 }

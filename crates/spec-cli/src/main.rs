@@ -6,6 +6,8 @@
 //! ```
 
 mod bench;
+#[cfg(feature = "flex")]
+mod bench_forward;
 mod methods;
 mod plots;
 
@@ -34,6 +36,10 @@ enum Command {
     Generate(GenerateArgs),
     /// Benchmark methods against plain decoding per prompt category (`cargo xtask bench`).
     Bench(bench::BenchArgs),
+    /// Time one forward pass over 1..16 new tokens and plain decoding against the memory
+    /// bandwidth bound, per weight format (`cargo xtask bench-forward`; flex only).
+    #[cfg(feature = "flex")]
+    BenchForward(bench_forward::BenchForwardArgs),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -213,6 +219,8 @@ struct JsonStats {
 
 fn main() -> Result<()> {
     match Cli::parse().command {
+        #[cfg(feature = "flex")]
+        Command::BenchForward(args) => bench_forward::run(&args),
         Command::Bench(args) => match args.backend {
             #[cfg(feature = "flex")]
             BackendName::Flex => bench::run::<burn::backend::Flex>(&args, &Default::default()),

@@ -14,7 +14,6 @@ mod imp {
 
     use crate::pack::{BLOCK, PackedMatrix, Storage};
 
-
     pub(crate) fn available() -> bool {
         V3::is_available()
     }
@@ -43,7 +42,7 @@ mod imp {
         fn part(self, simd: V3, b: usize, j: usize) -> f32x8 {
             let w = self.0[b][j / 2];
             // High halves are weights 0..8 of each 16-chunk, low halves 8..16.
-            if j % 2 == 0 {
+            if j.is_multiple_of(2) {
                 cast(simd.and_u32x8(w, simd.splat_u32x8(0xFFFF_0000)))
             } else {
                 cast(simd.shl_const_u32x8::<16>(w))
@@ -79,6 +78,8 @@ mod imp {
     /// vector is used `M` times: `RR + M` loads for `RR × M` FMAs, and the `RR × M` accumulators,
     /// `M` vectors of `x` and one of weights fit in the 16 AVX registers for the shapes used
     /// (8 × 1, 4 × 2). Sums are reduced horizontally once, at the end of the rows.
+    // Index loops over the register tile: fixed trip counts the compiler unrolls.
+    #[allow(clippy::needless_range_loop)]
     #[inline(always)]
     fn tile<W: Row, const RR: usize, const M: usize>(
         simd: V3,

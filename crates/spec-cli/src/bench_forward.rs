@@ -1,0 +1,218 @@
+//! `spec bench-forward`: what one forward pass costs as the number of new tokens grows, and how
+//! plain decoding compares with the memory-bandwidth bound of the weight format.
+//!
+//! A verification step feeds K + 1 tokens through the target where a decode step feeds one; on
+//! a CPU both read every weight once, so forward(K + 1) ÷ forward(1) says whether verifying is
+//! as cheap as it should be. Runs on flex, where the skinny-kernel formats apply.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use burn::backend::Flex;
+use serde::Serialize;
+use spec_core::sampling::SamplingConfig;
+use spec_runtime::model::{LoadOptions, WeightFormat};
+use spec_runtime::{
+    ForwardRequest, GenerateOptions, GgufSource, LogitRows, ModelConfig, Transformer,
+    generate_plain,
+};
+
+/// New-token counts timed, as the table asks.
+const ROWS: [usize; 5] = [1, 2, 4, 8, 16];
+/// Tokens in the context before each timed pass (attention then reads a realistic cache).
+const CONTEXT: usize = 64;
+/// Tokens generated for the decode-speed figure.
+const DECODE_TOKENS: usize = 32;
+
+#[derive(clap::Args)]
+pub(crate) struct BenchForwardArgs {
+    /// A GGUF file or a reference model name (smollm2-135m, qwen2.5-coder-0.5b,
+    /// qwen2.5-coder-1.5b).
+    #[arg(long)]
+    model: String,
+    /// Weight formats of the skinny kernel, comma-separated: f32, bf16, q8_0, or `off`
+    /// (burn's matmul everywhere, f32).
+    #[arg(long, default_value = "f32")]
+    weights: String,
+    /// Timed runs per point (the median is reported).
+    #[arg(long, default_value_t = 10)]
+    reps: usize,
+    /// Print one JSON object per format instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// One format's figures (the `--json` schema).
+#[derive(Debug, Serialize)]
+struct ForwardReport {
+    model: String,
+    weights: String,
+    /// Median milliseconds of one forward pass over `n` new tokens, keyed by `n`.
+    forward_ms: std::collections::BTreeMap<String, f64>,
+    /// Greedy plain decoding, tokens after the first per second.
+    decode_tokens_per_second: f64,
+    /// Measured read bandwidth ÷ bytes of weights one token reads.
+    bandwidth_bound_tokens_per_second: f64,
+    /// Bytes of projection and head weights one forward reads in this format.
+    weight_bytes: u64,
+    /// The machine's read bandwidth measured by this run, GB/s.
+    read_gb_per_second: f64,
+}
+
+pub(crate) fn run(args: &BenchForwardArgs) -> Result<()> {
+    if args.reps == 0 {
+        bail!("--reps must be at least 1");
+    }
+    let path = spec_models::resolve(&args.model)?;
+    let file = spec_gguf::GgufFile::open(&path).with_context(|| {
+        format!(
+            "bench-forward reads GGUF files; {} is not one",
+            path.display()
+        )
+    })?;
+    let config = ModelConfig::from_gguf(&file)?;
+    let bandwidth = read_bandwidth();
+    if !args.json {
+        println!(
+            "model {}, {} timed runs a point, {CONTEXT} tokens of context; read bandwidth {:.1} GB/s",
+            args.model,
+            args.reps,
+            bandwidth / 1e9
+        );
+        println!(
+            "| weights | n=1 | n=2 | n=4 | n=8 | n=16 | decode tok/s | bound tok/s | decode ÷ bound |"
+        );
+        println!("|---|---|---|---|---|---|---|---|---|");
+    }
+    for name in args.weights.split(',') {
+        let format = match name {
+            "off" => None,
+            f => Some(f.parse::<WeightFormat>().map_err(anyhow::Error::msg)?),
+        };
+        let mut source = GgufSource::new(&file, config.clone());
+        let model = Transformer::<Flex>::load_with(
+            &config,
+            &mut source,
+            &Default::default(),
+            LoadOptions {
+                skinny_format: format,
+            },
+        )?;
+        let mut forward_ms = std::collections::BTreeMap::new();
+        for n in ROWS {
+            forward_ms.insert(n.to_string(), time_forward(&model, &config, n, args.reps)?);
+        }
+        let prompt = context_tokens(&config);
+        let options = GenerateOptions::new(DECODE_TOKENS, SamplingConfig::greedy());
+        let decode = generate_plain(&model, &prompt, &options, &mut |_| {})?;
+        let bytes = weight_bytes(&config, format.map_or(4.0, WeightFormat::bytes_per_weight));
+        let report = ForwardReport {
+            model: args.model.clone(),
+            weights: name.to_owned(),
+            forward_ms,
+            decode_tokens_per_second: decode.stats.decode_tokens_per_second,
+            bandwidth_bound_tokens_per_second: bandwidth / bytes,
+            weight_bytes: bytes as u64,
+            read_gb_per_second: bandwidth / 1e9,
+        };
+        if args.json {
+            println!("{}", serde_json::to_string(&report)?);
+        } else {
+            let ms = |n: usize| report.forward_ms[&n.to_string()];
+            let mut row = format!("| {name} |");
+            for n in ROWS {
+                row.push_str(&format!(" {:.1} ms ({:.2}×) |", ms(n), ms(n) / ms(1)));
+            }
+            row.push_str(&format!(
+                " {:.1} | {:.1} | {:.0}% |",
+                report.decode_tokens_per_second,
+                report.bandwidth_bound_tokens_per_second,
+                100.0 * report.decode_tokens_per_second / report.bandwidth_bound_tokens_per_second
+            ));
+            println!("{row}");
+        }
+    }
+    Ok(())
+}
+
+/// A fixed, in-vocabulary context.
+fn context_tokens(config: &ModelConfig) -> Vec<u32> {
+    let vocab = config.vocab_size.max(2) as u32;
+    (0..CONTEXT as u32)
+        .map(|i| 1 + (i * 37) % (vocab - 1))
+        .collect()
+}
+
+/// Median milliseconds of a forward over `n` new tokens with logits for all of them, after a
+/// [`CONTEXT`]-token prefix, rolled back after each run.
+fn time_forward(
+    model: &Transformer<Flex>,
+    config: &ModelConfig,
+    n: usize,
+    reps: usize,
+) -> Result<f64> {
+    let context = context_tokens(config);
+    let mut cache = model.new_cache(CONTEXT + ROWS[ROWS.len() - 1]);
+    model.forward(
+        ForwardRequest::tokens(&context).logits(LogitRows::None),
+        &mut cache,
+    )?;
+    let new = &context[..n];
+    let mut times: Vec<Duration> = Vec::with_capacity(reps);
+    // Two untimed runs warm the caches and the allocator.
+    for run in 0..reps + 2 {
+        let start = Instant::now();
+        let out = model.forward(
+            ForwardRequest::tokens(new).logits(LogitRows::All),
+            &mut cache,
+        )?;
+        // Reading the logits back makes sure the whole pass ran.
+        if let Some(logits) = out.logits {
+            let _ = logits.into_data();
+        }
+        if run >= 2 {
+            times.push(start.elapsed());
+        }
+        cache.truncate(CONTEXT);
+    }
+    times.sort();
+    Ok(times[times.len() / 2].as_secs_f64() * 1e3)
+}
+
+/// Bytes of every projection and the output head at `bytes_per_weight` (embedding lookups
+/// and norms read a few kB a token and are left out).
+fn weight_bytes(c: &ModelConfig, bytes_per_weight: f64) -> f64 {
+    let q = c.num_heads * c.head_dim;
+    let kv = c.num_kv_heads * c.head_dim;
+    let per_layer = c.hidden_size * (2 * q + 2 * kv) + 3 * c.hidden_size * c.intermediate_size;
+    let weights = c.num_layers * per_layer + c.vocab_size * c.hidden_size;
+    weights as f64 * bytes_per_weight
+}
+
+/// Bytes per second that both cores read from a buffer far larger than the caches (best of
+/// three passes over 512 MiB).
+fn read_bandwidth() -> f64 {
+    use rayon::prelude::*;
+    let data = vec![1.0f32; 128 << 20];
+    let mut best = 0.0f64;
+    for _ in 0..3 {
+        let start = Instant::now();
+        let sum: f32 = data
+            .par_chunks(1 << 16)
+            .map(|c| {
+                // Sixteen independent lanes, so the sum vectorizes and the loads set the pace.
+                let lanes = c.chunks_exact(16).fold([0.0f32; 16], |mut acc, x| {
+                    for (a, x) in acc.iter_mut().zip(x) {
+                        *a += x;
+                    }
+                    acc
+                });
+                lanes.iter().sum::<f32>()
+            })
+            .sum();
+        let seconds = start.elapsed().as_secs_f64();
+        std::hint::black_box(sum);
+        best = best.max((data.len() * 4) as f64 / seconds);
+    }
+    best
+}
