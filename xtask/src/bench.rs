@@ -69,7 +69,58 @@ pub(crate) fn run_bench(args: BenchArgs) -> Result<()> {
         let xtask = std::env::current_exe().context("locating the xtask binary")?;
         run(Command::new(xtask).arg("fetch-models").args(&names))?;
     }
-    run(&mut spec(&[]))
+    match default_bigram(&args.args)? {
+        Some(path) => {
+            let path = path.to_string_lossy().into_owned();
+            run(&mut spec(&["--bigram", &path]))
+        }
+        None => run(&mut spec(&[])),
+    }
+}
+
+/// The reference model a default run's bigram drafter serves.
+const BIGRAM_TARGET: &str = "smollm2-135m";
+
+/// When the run includes the bigram method on the default target without naming a model file:
+/// the cached bigram model of [`BIGRAM_TARGET`], counted over the project's corpora first if it
+/// is not there yet (fetching them; about two minutes).
+fn default_bigram(args: &[String]) -> Result<Option<PathBuf>> {
+    let has = |flag: &str| {
+        args.iter()
+            .any(|a| a == flag || a.starts_with(&format!("{flag}=")))
+    };
+    if has("--bigram") || has("--models") {
+        return Ok(None);
+    }
+    let wanted = match flag_value(args, "--methods") {
+        Some(methods) => methods
+            .split(',')
+            .any(|m| m.starts_with("bigram") && !m.contains("bigram=") && !m.contains("target=")),
+        // The default method list includes bigram; --quick's does not.
+        None => !has("--quick"),
+    };
+    if !wanted {
+        return Ok(None);
+    }
+    let path = crate::corpora::default_dir()?
+        .with_file_name("bigram")
+        .join(format!("{BIGRAM_TARGET}.safetensors"));
+    if !path.is_file() {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        eprintln!(
+            "xtask: counting the bigram draft model for {BIGRAM_TARGET} into {}",
+            path.display()
+        );
+        crate::train_bigram::run(crate::train_bigram::TrainBigramArgs {
+            model: BIGRAM_TARGET.to_owned(),
+            corpus: Vec::new(),
+            tagged_corpus: Vec::new(),
+            out: path.clone(),
+        })?;
+    }
+    Ok(Some(path))
 }
 
 /// Arguments of `cargo xtask bench-forward`: passed through to `spec bench-forward`.
@@ -172,6 +223,16 @@ mod tests {
             None
         );
         assert!(backend_feature(&strings(&["--backend", "tpu"])).is_err());
+    }
+
+    #[test]
+    fn a_bigram_file_is_supplied_only_where_the_run_uses_one() {
+        let none = |v: &[&str]| default_bigram(&strings(v)).unwrap().is_none();
+        assert!(none(&["--quick"]));
+        assert!(none(&["--bigram", "b.safetensors"]));
+        assert!(none(&["--models", "x.gguf"]));
+        assert!(none(&["--methods", "plain,prompt-lookup"]));
+        assert!(none(&["--methods", "bigram:bigram=b.safetensors"]));
     }
 
     #[test]

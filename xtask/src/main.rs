@@ -9,6 +9,7 @@
 //! - `train-bigram`: count token bigrams over text corpora into a bigram draft model.
 
 mod bench;
+mod corpora;
 mod fetch;
 mod train_bigram;
 
@@ -44,6 +45,8 @@ enum Cmd {
     /// Build `spec` (release) and time forward passes over 1..16 tokens per weight format
     /// (`spec bench-forward`; options pass through).
     BenchForward(bench::BenchForwardArgs),
+    /// Download the text corpora (Austen, Shakespeare, Brown) the bigram model is counted over.
+    FetchCorpora(corpora::FetchCorporaArgs),
     /// Count token bigrams over text corpora: the draft model of `--method bigram`.
     TrainBigram(train_bigram::TrainBigramArgs),
 }
@@ -55,6 +58,7 @@ fn main() -> Result<()> {
         Cmd::Bench(args) => bench::run_bench(args),
         Cmd::BenchForward(args) => bench::run_bench_forward(args),
         Cmd::TrainBigram(args) => train_bigram::run(args),
+        Cmd::FetchCorpora(args) => corpora::run_fetch(args),
     }
 }
 

@@ -14,16 +14,18 @@ use spec_tokenizer::TextTokenizer;
 pub(crate) struct TrainBigramArgs {
     /// The target model (reference name or GGUF path): its tokenizer and vocabulary size.
     #[arg(long)]
-    model: String,
-    /// Plain-text corpus files (UTF-8; invalid bytes are replaced).
-    #[arg(long, num_args = 1.., required = true)]
-    corpus: Vec<PathBuf>,
+    pub(crate) model: String,
+    /// Plain-text corpus files (UTF-8; invalid bytes are replaced). Without `--corpus` and
+    /// `--tagged-corpus`: the project's corpora (Austen, Shakespeare, Brown), fetched with
+    /// `cargo xtask fetch-corpora` if missing.
+    #[arg(long, num_args = 1..)]
+    pub(crate) corpus: Vec<PathBuf>,
+    /// Corpus files of tagged `word/TAG` text (the Brown corpus): only the words are counted.
+    #[arg(long, num_args = 1..)]
+    pub(crate) tagged_corpus: Vec<PathBuf>,
     /// Where to write the model.
     #[arg(long)]
-    out: PathBuf,
-    /// The files are tagged `word/TAG` text (the Brown corpus): keep only the words.
-    #[arg(long)]
-    strip_tags: bool,
+    pub(crate) out: PathBuf,
 }
 
 pub(crate) fn run(args: TrainBigramArgs) -> Result<()> {
@@ -37,8 +39,19 @@ pub(crate) fn run(args: TrainBigramArgs) -> Result<()> {
     let tokenizer = TextTokenizer::from_gguf(&gguf)?;
     let mut counts = BigramCounts::new(vocab)?;
 
+    let (plain, tagged) = if args.corpus.is_empty() && args.tagged_corpus.is_empty() {
+        let corpora = crate::corpora::fetch(&crate::corpora::default_dir()?)?;
+        (corpora.plain, corpora.tagged)
+    } else {
+        (args.corpus, args.tagged_corpus)
+    };
+    let files: Vec<(PathBuf, bool)> = plain
+        .into_iter()
+        .map(|f| (f, false))
+        .chain(tagged.into_iter().map(|f| (f, true)))
+        .collect();
     let mut total = 0;
-    for file in &args.corpus {
+    for (file, _) in &files {
         let meta =
             std::fs::metadata(file).with_context(|| format!("reading {}", file.display()))?;
         if !meta.is_file() {
@@ -57,13 +70,13 @@ pub(crate) fn run(args: TrainBigramArgs) -> Result<()> {
     );
     bar.set_prefix("tokenizing");
     let mut tokens_seen = 0usize;
-    for file in &args.corpus {
+    for (file, tagged) in &files {
         let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
         let text = String::from_utf8_lossy(&bytes);
         bar.set_message(file.display().to_string());
         // Paragraphs are the documents: bounded tokenizer calls, no pairs across blank lines.
         for paragraph in text.split("\n\n") {
-            let paragraph = if args.strip_tags {
+            let paragraph = if *tagged {
                 strip_tags(paragraph)
             } else {
                 paragraph.trim().to_owned()
@@ -82,8 +95,9 @@ pub(crate) fn run(args: TrainBigramArgs) -> Result<()> {
     let model = counts.finish();
     model.save(&args.out)?;
     println!(
-        "{}: {tokens_seen} tokens, {distinct} distinct bigrams, vocabulary {vocab} ({})",
+        "{}: {} files, {tokens_seen} tokens, {distinct} distinct bigrams, vocabulary {vocab} ({})",
         args.out.display(),
+        files.len(),
         path.display()
     );
     Ok(())

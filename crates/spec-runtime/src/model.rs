@@ -86,6 +86,7 @@ impl SkinnyLinear {
 
 /// Whether `B` is the flex backend, whose tensors live in host memory: the only backend the
 /// skinny path serves (elsewhere reading the activations back would cost more than it saves).
+#[cfg_attr(not(feature = "flex"), allow(clippy::extra_unused_type_parameters))]
 fn is_flex<B: Backend>() -> bool {
     #[cfg(feature = "flex")]
     {
