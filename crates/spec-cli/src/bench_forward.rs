@@ -37,6 +37,9 @@ pub(crate) struct BenchForwardArgs {
     /// Timed runs per point (the median is reported).
     #[arg(long, default_value_t = 10)]
     reps: usize,
+    /// KV-cache capacity in positions (default: just what the run needs).
+    #[arg(long)]
+    capacity: Option<usize>,
     /// Print one JSON object per format instead of a table.
     #[arg(long)]
     json: bool,
@@ -100,10 +103,14 @@ pub(crate) fn run(args: &BenchForwardArgs) -> Result<()> {
         )?;
         let mut forward_ms = std::collections::BTreeMap::new();
         for n in ROWS {
-            forward_ms.insert(n.to_string(), time_forward(&model, &config, n, args.reps)?);
+            forward_ms.insert(
+                n.to_string(),
+                time_forward(&model, &config, n, args.reps, args.capacity)?,
+            );
         }
         let prompt = context_tokens(&config);
-        let options = GenerateOptions::new(DECODE_TOKENS, SamplingConfig::greedy());
+        let mut options = GenerateOptions::new(DECODE_TOKENS, SamplingConfig::greedy());
+        options.cache_capacity = Some(args.capacity.unwrap_or(CONTEXT + DECODE_TOKENS + 1));
         let decode = generate_plain(&model, &prompt, &options, &mut |_| {})?;
         let bytes = weight_bytes(&config, format.map_or(4.0, WeightFormat::bytes_per_weight));
         let report = ForwardReport {
@@ -150,9 +157,10 @@ fn time_forward(
     config: &ModelConfig,
     n: usize,
     reps: usize,
+    capacity: Option<usize>,
 ) -> Result<f64> {
     let context = context_tokens(config);
-    let mut cache = model.new_cache(CONTEXT + ROWS[ROWS.len() - 1]);
+    let mut cache = model.new_cache(capacity.unwrap_or(CONTEXT + ROWS[ROWS.len() - 1]));
     model.forward(
         ForwardRequest::tokens(&context).logits(LogitRows::None),
         &mut cache,

@@ -143,10 +143,7 @@ pub fn generate_speculative<B: Backend>(
     if prompt.is_empty() {
         return Err(RuntimeError::InvalidRequest("the prompt is empty".into()).into());
     }
-    let capacity = options
-        .cache_capacity
-        .unwrap_or(target.max_positions())
-        .min(target.max_positions());
+    let capacity = options.capacity_for(prompt.len(), target.max_positions());
     if prompt.len() >= capacity {
         return Err(RuntimeError::ContextOverflow {
             needed: prompt.len() + 1,

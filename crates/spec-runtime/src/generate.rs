@@ -18,11 +18,22 @@ pub struct GenerateOptions {
     pub sampling: SamplingConfig,
     /// Generation ends after producing one of these (it is kept in the output).
     pub stop_tokens: Vec<u32>,
-    /// Positions the cache holds; by default the model's context.
+    /// Positions the cache holds; by default what the prompt and `max_new_tokens` need.
     pub cache_capacity: Option<usize>,
 }
 
 impl GenerateOptions {
+    /// The KV-cache capacity for a prompt of `prompt_len` tokens on a model with a context of
+    /// `max_positions`: `cache_capacity` if set, else the prompt plus `max_new_tokens` plus one;
+    /// never more than the context. Sized to the request because a cache is allocated (and
+    /// zeroed) whole: the full context of Qwen2.5 (32,768 positions) is about 1.9 GB for the
+    /// 1.5B, which made every short generation pay for it.
+    pub fn capacity_for(&self, prompt_len: usize, max_positions: usize) -> usize {
+        self.cache_capacity
+            .unwrap_or(prompt_len + self.max_new_tokens + 1)
+            .min(max_positions)
+    }
+
     pub fn new(max_new_tokens: usize, sampling: SamplingConfig) -> Self {
         Self {
             max_new_tokens,
@@ -77,10 +88,7 @@ pub fn generate_plain<B: Backend>(
     if prompt.is_empty() {
         return Err(RuntimeError::InvalidRequest("the prompt is empty".into()));
     }
-    let capacity = options
-        .cache_capacity
-        .unwrap_or(model.max_positions())
-        .min(model.max_positions());
+    let capacity = options.capacity_for(prompt.len(), model.max_positions());
     if prompt.len() >= capacity {
         return Err(RuntimeError::ContextOverflow {
             needed: prompt.len() + 1,

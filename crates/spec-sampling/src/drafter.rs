@@ -18,6 +18,12 @@ use crate::length::{AutoLength, DraftLength};
 use crate::vocab::check_vocabularies;
 
 /// What the drafter has measured so far (see [`AutoLength`] for what the times cover).
+
+/// Positions of a new drafter's cache (or the draft's context, if smaller).
+pub const INITIAL_CACHE_POSITIONS: usize = 4096;
+/// Positions `begin` leaves for generation beyond the prompt when it enlarges the cache.
+const GROWTH_MARGIN: usize = 2048;
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Estimates {
     /// Smoothed acceptance rate of tested drafts.
@@ -51,6 +57,8 @@ pub struct DraftModelDrafter<B: Backend> {
     /// When `draft` last returned with drafts, to time the target step.
     draft_returned: Option<Instant>,
     last_length: usize,
+    /// Set by [`DraftModelDrafter::with_cache_capacity`]: `begin` keeps the cache as it is.
+    fixed_capacity: bool,
 }
 
 impl<B: Backend> DraftModelDrafter<B> {
@@ -105,7 +113,9 @@ impl<B: Backend> DraftModelDrafter<B> {
 
     fn build(model: Transformer<B>, target_vocab: usize, length: DraftLength) -> Result<Self> {
         length.validate()?;
-        let cache = model.new_cache(model.max_positions());
+        // A cache is allocated whole, so start with a modest one; `begin` enlarges it for longer
+        // prompts (up to the draft's context).
+        let cache = model.new_cache(model.max_positions().min(INITIAL_CACHE_POSITIONS));
         Ok(Self {
             model,
             cache,
@@ -116,14 +126,17 @@ impl<B: Backend> DraftModelDrafter<B> {
             auto: AutoLength::default(),
             draft_returned: None,
             last_length: 0,
+            fixed_capacity: false,
         })
     }
 
-    /// Gives the draft a cache of `capacity` positions (default: the draft model's context).
-    /// Past it, steps go on without drafts.
+    /// Gives the draft a cache of exactly `capacity` positions (by default it starts at
+    /// [`INITIAL_CACHE_POSITIONS`] and grows with the prompt). Past it, steps go on without
+    /// drafts.
     pub fn with_cache_capacity(mut self, capacity: usize) -> Self {
         self.cache = self.model.new_cache(capacity);
         self.fed.clear();
+        self.fixed_capacity = true;
         self
     }
 
@@ -246,6 +259,10 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
         self.fed.clear();
         self.cache.truncate(0);
         self.draft_returned = None;
+        let wanted = (prompt.len() + GROWTH_MARGIN).min(self.model.max_positions());
+        if !self.fixed_capacity && wanted > self.cache.capacity() {
+            self.cache = self.model.new_cache(wanted);
+        }
         let split = prompt.len().saturating_sub(1);
         // A prompt too long for the draft's cache is not an error: the steps go without drafts.
         if split > 0 && split < self.cache.capacity() {

@@ -42,15 +42,17 @@
 //!   maximize the expected tokens per unit of time `E[τ] / (K·c + 1)`, with
 //!   `E[τ] = (1 − α^{K+1}) / (1 − α)` (Leviathan et al., section 3.4) and `α`, `c` estimated from
 //!   the run (see [`AutoLength`]).
-//! * The draft's cache capacity (default: the draft model's context). When the context outgrows it,
-//!   steps fall back to plain decoding (no drafts) instead of failing.
+//! * The draft's cache capacity: [`INITIAL_CACHE_POSITIONS`], enlarged by `begin` to the prompt plus
+//!   2,048 positions (at most the draft's context), or fixed with
+//!   [`DraftModelDrafter::with_cache_capacity`]. When the context outgrows it, steps fall back to
+//!   plain decoding (no drafts) instead of failing.
 
 mod drafter;
 mod error;
 mod length;
 mod vocab;
 
-pub use drafter::{DraftModelDrafter, Estimates};
+pub use drafter::{DraftModelDrafter, Estimates, INITIAL_CACHE_POSITIONS};
 pub use error::{Result, SamplingError};
 pub use length::{AutoLength, DEFAULT_K, DEFAULT_K_MAX, DraftLength, best_length, expected_tokens};
 pub use vocab::check_vocabularies;
