@@ -76,17 +76,23 @@ fn test(no_wgpu: bool, no_models: bool) -> Result<()> {
         ensure_software_vulkan()?;
         // `wgpu,cuda` together: the cuda tests are compiled (proving the feature builds without
         // a toolkit) but filtered out, since they need a GPU.
-        // spec-runtime's equivalence tests join this once they pass on wgpu (a burn wgpu problem
-        // with one-token forwards was found and worked around; not yet confirmed there).
+        // spec-runtime's agreement tests run too: on wgpu they found a fused one-row matmul
+        // that misreads transposed weights (worked around in model.rs).
         cargo_env(
             &[
                 "test",
                 "-p",
                 "spec-core",
+                "-p",
+                "spec-runtime",
                 "--features",
                 "wgpu,cuda",
                 "--test",
                 "backend",
+                "--test",
+                "equivalence",
+                "--test",
+                "one_row",
                 "wgpu::",
             ],
             &env,

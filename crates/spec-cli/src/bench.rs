@@ -29,7 +29,7 @@ use spec_runtime::{GenerateOptions, StopReason, load::load_model};
 use spec_tokenizer::{Message, TextTokenizer};
 
 use crate::methods::BenchMethod;
-use crate::{BackendName, load_tokenizer, make_drafter};
+use crate::{BackendName, DraftModels, load_tokenizer, make_drafter};
 
 /// The project's prompt set (Spec-Bench's `question.jsonl` format), built into the binary.
 const DEFAULT_PROMPTS: &str = include_str!("../../../benches/prompts/spec-bench-mini.jsonl");
@@ -556,9 +556,16 @@ pub(crate) fn run<B: Backend>(args: &BenchArgs, device: &B::Device) -> Result<()
         }
         let mut built = Vec::new();
         let mut setup_seconds = BTreeMap::new();
+        let mut drafts = DraftModels::default();
         for planned in methods {
             let t = Instant::now();
-            match make_drafter(&planned.method.spec, &model, &tokenizer, device) {
+            match make_drafter(
+                &planned.method.spec,
+                &model,
+                &tokenizer,
+                device,
+                &mut drafts,
+            ) {
                 Ok(drafter) => {
                     setup_seconds.insert(planned.method.label.clone(), t.elapsed().as_secs_f64());
                     built.push((planned, drafter));

@@ -122,6 +122,7 @@ fn make_drafter<B: Backend>(
     _target: &spec_runtime::LoadedModel<B>,
     _tokenizer: &TextTokenizer,
     _device: &B::Device,
+    drafts: &mut DraftModels<B>,
 ) -> Result<Box<dyn Drafter<B>>> {
     match args.method.as_str() {
         "plain" => Ok(Box::new(NoDraft)),
@@ -145,8 +146,20 @@ fn make_drafter<B: Backend>(
                 model, vocab, k, _device,
             )?))
         }
-        "sampling" => sampling_drafter(args, _target, _tokenizer, _device),
+        "sampling" => sampling_drafter(args, _target, _tokenizer, _device, drafts),
         other => bail!("unknown method `{other}` (known: plain)"),
+    }
+}
+
+/// Draft models loaded so far, by path: methods that share a draft model (a bench sweeping K)
+/// share its weights, since cloning a loaded model only counts references.
+struct DraftModels<B: Backend>(
+    std::collections::HashMap<PathBuf, (spec_runtime::Transformer<B>, TextTokenizer)>,
+);
+
+impl<B: Backend> Default for DraftModels<B> {
+    fn default() -> Self {
+        Self(std::collections::HashMap::new())
     }
 }
 
@@ -157,6 +170,7 @@ fn sampling_drafter<B: Backend>(
     target: &spec_runtime::LoadedModel<B>,
     tokenizer: &TextTokenizer,
     device: &B::Device,
+    drafts: &mut DraftModels<B>,
 ) -> Result<Box<dyn Drafter<B>>> {
     let Some(name) = &args.draft_model else {
         bail!(
@@ -168,12 +182,20 @@ fn sampling_drafter<B: Backend>(
         Some(k) => spec_sampling::DraftLength::parse(k)?,
     };
     let path = spec_models::resolve(name)?;
-    let draft_tokenizer = load_tokenizer(&path)?;
-    let draft = load_model::<B>(&path, device)
-        .with_context(|| format!("loading the draft model {}", path.display()))?;
+    if !drafts.0.contains_key(&path) {
+        let draft_tokenizer = load_tokenizer(&path)?;
+        let draft = load_model::<B>(&path, device)
+            .with_context(|| format!("loading the draft model {}", path.display()))?;
+        drafts
+            .0
+            .insert(path.clone(), (draft.model, draft_tokenizer));
+    }
+    let Some((draft, draft_tokenizer)) = drafts.0.get(&path) else {
+        bail!("draft model {} vanished from the cache", path.display());
+    };
     Ok(Box::new(spec_sampling::DraftModelDrafter::with_tokenizers(
-        draft.model,
-        &draft_tokenizer,
+        draft.clone(),
+        draft_tokenizer,
         target.config.vocab_size,
         tokenizer,
         length,
@@ -285,7 +307,13 @@ fn generate<B: Backend>(args: &GenerateArgs, device: &B::Device) -> Result<()> {
 
     let mut options = GenerateOptions::new(args.max_new_tokens, sampling);
     options.stop_tokens = tokenizer.eos_ids().to_vec();
-    let mut drafter = make_drafter(&args.method_spec(), &loaded, &tokenizer, device)?;
+    let mut drafter = make_drafter(
+        &args.method_spec(),
+        &loaded,
+        &tokenizer,
+        device,
+        &mut DraftModels::default(),
+    )?;
     let mut stream = tokenizer.stream_skip_special();
     let mut stdout = std::io::stdout().lock();
     let mut write_error = None;

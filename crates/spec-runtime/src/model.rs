@@ -148,12 +148,26 @@ impl<B: Backend> Linear<B> {
         {
             return y;
         }
-        let y = x.matmul(self.weight.val().transpose());
+        let y = matmul(x, self.weight.val().transpose());
         match &self.bias {
             Some(b) => y + b.val().unsqueeze::<2>(),
             None => y,
         }
     }
+}
+
+/// `lhs.matmul(rhs)`, with a one-row `lhs` computed as two rows outside flex: burn 0.21's fused
+/// matmul runs cubek 0.2's `gemv_unit_perpendicular` kernel on one-row products, and that kernel
+/// misreads a transposed (column-major) `rhs` such as `weight.transpose()` (tracel-ai/cubek#262).
+/// Two rows make it a general product, which is right on every layout.
+fn matmul<B: Backend, const D: usize>(lhs: Tensor<B, D>, rhs: Tensor<B, D>) -> Tensor<B, D> {
+    let rows = D - 2;
+    if lhs.dims()[rows] == 1 && !is_flex::<B>() {
+        return Tensor::cat(vec![lhs.clone(), lhs], rows)
+            .matmul(rhs)
+            .narrow(rows, 0, 1);
+    }
+    lhs.matmul(rhs)
 }
 
 fn host_f32<B: Backend, const D: usize>(t: Tensor<B, D>) -> Result<Vec<f32>> {
@@ -232,15 +246,7 @@ impl<B: Backend> Attention<B> {
         let [n, _] = x.dims();
         let (h, kv, d) = (self.num_heads, self.num_kv_heads, self.head_dim);
         let group = h / kv;
-        // For one token the head split is a plain reshape. (burn 0.21's wgpu backend computed
-        // wrong results through the swapped [1, heads, d] view: tests/equivalence.rs on wgpu.)
-        let split = |t: Tensor<B, 2>, heads: usize| {
-            if n == 1 {
-                t.reshape([heads, 1, d])
-            } else {
-                t.reshape([n, heads, d]).swap_dims(0, 1)
-            }
-        };
+        let split = |t: Tensor<B, 2>, heads: usize| t.reshape([n, heads, d]).swap_dims(0, 1);
         let q = rotate(split(self.q_proj.forward(x.clone()), h), context);
         let k = rotate(split(self.k_proj.forward(x.clone()), kv), context);
         let v = split(self.v_proj.forward(x), kv);
@@ -249,9 +255,7 @@ impl<B: Backend> Attention<B> {
 
         // Query heads sharing a key/value head are stacked: [kv, group · n, d].
         let q = q.reshape([kv, group * n, d]);
-        let scores = q
-            .matmul(keys.swap_dims(1, 2))
-            .mul_scalar(1.0 / (d as f64).sqrt());
+        let scores = matmul(q, keys.swap_dims(1, 2)).mul_scalar(1.0 / (d as f64).sqrt());
         let bias = context
             .bias
             .clone()
@@ -260,11 +264,7 @@ impl<B: Backend> Attention<B> {
             .reshape([1, group * n, total]);
         let weights = activation::softmax(scores + bias, 2);
         let out = weights.matmul(values);
-        let out = if n == 1 {
-            out.reshape([1, h * d])
-        } else {
-            out.reshape([h, n, d]).swap_dims(0, 1).reshape([n, h * d])
-        };
+        let out = out.reshape([h, n, d]).swap_dims(0, 1).reshape([n, h * d]);
         Ok(self.o_proj.forward(out))
     }
 }
@@ -721,9 +721,9 @@ impl<B: Backend> Transformer<B> {
             (Some(head), _) => head.forward(x),
             (None, Some(tied)) if x.dims()[0] <= SKINNY_MAX_ROWS => match tied.forward(&x) {
                 Some(y) => y,
-                None => x.matmul(self.embedding.val().transpose()),
+                None => matmul(x, self.embedding.val().transpose()),
             },
-            (None, _) => x.matmul(self.embedding.val().transpose()),
+            (None, _) => matmul(x, self.embedding.val().transpose()),
         }
     }
 
