@@ -17,13 +17,12 @@ use crate::error::{Result, SamplingError};
 use crate::length::{AutoLength, DraftLength};
 use crate::vocab::check_vocabularies;
 
-/// What the drafter has measured so far (see [`AutoLength`] for what the times cover).
-
 /// Positions of a new drafter's cache (or the draft's context, if smaller).
 pub const INITIAL_CACHE_POSITIONS: usize = 4096;
 /// Positions `begin` leaves for generation beyond the prompt when it enlarges the cache.
 const GROWTH_MARGIN: usize = 2048;
 
+/// What the drafter has measured so far (see [`AutoLength`] for what the times cover).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Estimates {
     /// Smoothed acceptance rate of tested drafts.
