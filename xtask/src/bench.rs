@@ -22,21 +22,8 @@ pub(crate) fn run_bench(args: BenchArgs) -> Result<()> {
     let root = workspace_root();
     let features = backend_feature(&args.args)?;
     let spec = |extra: &[&str]| {
-        let mut c = cargo();
-        c.current_dir(&root)
-            .args([
-                "run",
-                "--quiet",
-                "--release",
-                "-p",
-                "spec-cli",
-                "--bin",
-                "spec",
-            ])
-            .args(features.iter().flat_map(|f| ["--features", *f]))
-            .args(["--", "bench"])
-            .args(&args.args)
-            .args(extra);
+        let mut c = spec_command(&root, features, "bench", &args.args);
+        c.args(extra);
         c
     };
     if args.args.iter().any(|a| a == "--help" || a == "-h") {
@@ -137,19 +124,7 @@ pub(crate) struct BenchForwardArgs {
 /// reference model, run `spec bench-forward OPTIONS`.
 pub(crate) fn run_bench_forward(args: BenchForwardArgs) -> Result<()> {
     let root = workspace_root();
-    let mut spec = cargo();
-    spec.current_dir(&root)
-        .args([
-            "run",
-            "--quiet",
-            "--release",
-            "-p",
-            "spec-cli",
-            "--bin",
-            "spec",
-        ])
-        .args(["--", "bench-forward"])
-        .args(&args.args);
+    let mut spec = spec_command(&root, None, "bench-forward", &args.args);
     if !args.args.iter().any(|a| a == "--help" || a == "-h") {
         eprintln!("xtask: building spec (release; the first build takes minutes)");
         run(cargo()
@@ -163,6 +138,25 @@ pub(crate) fn run_bench_forward(args: BenchForwardArgs) -> Result<()> {
         }
     }
     run(&mut spec)
+}
+
+/// `cargo run --release -p spec-cli --bin spec [--features F] -- SUBCOMMAND ARGS` from `root`.
+fn spec_command(root: &Path, feature: Option<&str>, subcommand: &str, args: &[String]) -> Command {
+    let mut c = cargo();
+    c.current_dir(root)
+        .args([
+            "run",
+            "--quiet",
+            "--release",
+            "-p",
+            "spec-cli",
+            "--bin",
+            "spec",
+        ])
+        .args(feature.iter().flat_map(|f| ["--features", *f]))
+        .args(["--", subcommand])
+        .args(args);
+    c
 }
 
 /// The value of `--name VALUE` or `--name=VALUE` in `args`, the last one if repeated.
