@@ -100,12 +100,18 @@ fn default_bigram(args: &[String]) -> Result<Option<PathBuf>> {
             "xtask: counting the bigram draft model for {BIGRAM_TARGET} into {}",
             path.display()
         );
-        crate::train_bigram::run(crate::train_bigram::TrainBigramArgs {
+        let trained = crate::train_bigram::run(crate::train_bigram::TrainBigramArgs {
             model: BIGRAM_TARGET.to_owned(),
             corpus: Vec::new(),
             tagged_corpus: Vec::new(),
             out: path.clone(),
-        })?;
+        });
+        // The corpora come through apt, pip and npm; without one of them the rest of the run
+        // still stands, and `spec bench` reports the bigram method as skipped.
+        if let Err(e) = trained {
+            eprintln!("xtask: no bigram model, so the bench skips that method: {e:#}");
+            return Ok(None);
+        }
     }
     Ok(Some(path))
 }
