@@ -4,19 +4,43 @@
 //! operations are the ones that needs: [`KvCache::truncate`] is O(1) (only the length moves; the
 //! stale rows are overwritten by the next append), and [`KvCache::keep_path`] keeps the accepted
 //! root-to-leaf path of a token tree by moving its rows next to the prefix.
+//!
+//! On the flex backend the rows live in host vectors that the decoder's host path
+//! (`crate::host`) reads and writes directly; burn's path copies the valid rows into a tensor
+//! when it needs them (a prompt). Elsewhere they are backend tensors written with
+//! `slice_assign`.
 
 use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
 
 use crate::error::{Result, RuntimeError};
+use crate::model::is_flex;
 
-/// One layer's keys and values `[kv_heads, capacity, head_dim]` and how many positions are valid.
+/// One layer's keys and values `[kv_heads, capacity, head_dim]`.
 #[derive(Debug, Clone)]
-pub(crate) struct LayerCache<B: Backend> {
-    // `Option` so a write can take the tensor by value: a uniquely owned tensor is updated in
-    // place by the backend instead of copied.
-    keys: Option<Tensor<B, 3>>,
-    values: Option<Tensor<B, 3>>,
+enum Rows<B: Backend> {
+    /// Backend tensors. `Option` so a write can take the tensor by value: a uniquely owned
+    /// tensor is updated in place by the backend instead of copied.
+    Device {
+        keys: Option<Tensor<B, 3>>,
+        values: Option<Tensor<B, 3>>,
+    },
+    /// Host memory, row-major `[kv_heads, capacity, head_dim]`.
+    Host { keys: Vec<f32>, values: Vec<f32> },
+}
+
+/// One layer's rows and how many positions are valid.
+#[derive(Debug, Clone)]
+struct LayerCache<B: Backend> {
+    rows: Rows<B>,
     len: usize,
+}
+
+/// One layer's host rows, borrowed by the host path (see [`KvCache::host_layer`]).
+pub(crate) struct HostLayer<'a> {
+    /// `[kv_heads, capacity, head_dim]`.
+    pub keys: &'a mut [f32],
+    pub values: &'a mut [f32],
+    pub len: &'a mut usize,
 }
 
 /// The cache of every layer of one model for one sequence.
@@ -24,6 +48,9 @@ pub(crate) struct LayerCache<B: Backend> {
 pub struct KvCache<B: Backend> {
     layers: Vec<LayerCache<B>>,
     capacity: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    device: B::Device,
 }
 
 impl<B: Backend> KvCache<B> {
@@ -36,14 +63,32 @@ impl<B: Backend> KvCache<B> {
         capacity: usize,
         device: &B::Device,
     ) -> Self {
+        let host = is_flex::<B>();
         let layers = (0..num_layers)
             .map(|_| LayerCache {
-                keys: Some(Tensor::zeros([kv_heads, capacity, head_dim], device)),
-                values: Some(Tensor::zeros([kv_heads, capacity, head_dim], device)),
+                rows: if host {
+                    // Zeroed pages are mapped lazily: a large capacity costs nothing until used.
+                    let size = kv_heads * capacity * head_dim;
+                    Rows::Host {
+                        keys: vec![0.0; size],
+                        values: vec![0.0; size],
+                    }
+                } else {
+                    Rows::Device {
+                        keys: Some(Tensor::zeros([kv_heads, capacity, head_dim], device)),
+                        values: Some(Tensor::zeros([kv_heads, capacity, head_dim], device)),
+                    }
+                },
                 len: 0,
             })
             .collect();
-        Self { layers, capacity }
+        Self {
+            layers,
+            capacity,
+            kv_heads,
+            head_dim,
+            device: device.clone(),
+        }
     }
 
     pub fn capacity(&self) -> usize {
@@ -66,6 +111,31 @@ impl<B: Backend> KvCache<B> {
     /// Valid positions in `layer`.
     pub fn layer_len(&self, layer: usize) -> usize {
         self.layers.get(layer).map_or(0, |l| l.len)
+    }
+
+    /// Whether the rows live in host memory (the flex backend), where the host path runs.
+    pub(crate) fn is_host(&self) -> bool {
+        self.layers
+            .iter()
+            .all(|l| matches!(l.rows, Rows::Host { .. }))
+    }
+
+    /// `(kv_heads, head_dim)`.
+    pub(crate) fn head_shape(&self) -> (usize, usize) {
+        (self.kv_heads, self.head_dim)
+    }
+
+    /// The host rows of `layer`, or `None` when they are backend tensors.
+    pub(crate) fn host_layer(&mut self, layer: usize) -> Option<HostLayer<'_>> {
+        let cache = self.layers.get_mut(layer)?;
+        match &mut cache.rows {
+            Rows::Host { keys, values } => Some(HostLayer {
+                keys,
+                values,
+                len: &mut cache.len,
+            }),
+            Rows::Device { .. } => None,
+        }
     }
 
     /// Forgets every position from `len` on, in every layer. O(1).
@@ -91,6 +161,7 @@ impl<B: Backend> KvCache<B> {
                 "path offsets must increase: {offsets:?}"
             )));
         }
+        let (kv_heads, head_dim, capacity) = (self.kv_heads, self.head_dim, self.capacity);
         for layer in &mut self.layers {
             if let Some(&last) = offsets.last()
                 && base + last >= layer.len
@@ -104,24 +175,38 @@ impl<B: Backend> KvCache<B> {
             // Offsets equal to their index are already in place.
             let moved = offsets.iter().enumerate().position(|(i, &o)| o != i);
             if let Some(first) = moved {
-                let device = layer.keys.as_ref().map(|k| k.device());
-                if let Some(device) = device {
-                    let src: Vec<i64> = offsets[first..]
-                        .iter()
-                        .map(|&o| (base + o) as i64)
-                        .collect();
-                    let count = src.len();
-                    let index =
-                        Tensor::<B, 1, Int>::from_data(TensorData::new(src, [count]), &device);
-                    let start = base + first;
-                    for slot in [&mut layer.keys, &mut layer.values] {
-                        if let Some(t) = slot.take() {
-                            let [kv_heads, _, head_dim] = t.dims();
-                            let rows = t.clone().select(1, index.clone());
-                            *slot = Some(t.slice_assign(
-                                [0..kv_heads, start..start + count, 0..head_dim],
-                                rows,
-                            ));
+                match &mut layer.rows {
+                    Rows::Host { keys, values } => {
+                        // Increasing offsets move every row down (or not at all), so copying
+                        // in order never overwrites a row still to be read.
+                        for rows in [keys, values] {
+                            for head in rows.chunks_exact_mut(capacity * head_dim) {
+                                for (i, &o) in offsets.iter().enumerate().skip(first) {
+                                    let from = (base + o) * head_dim;
+                                    head.copy_within(from..from + head_dim, (base + i) * head_dim);
+                                }
+                            }
+                        }
+                    }
+                    Rows::Device { keys, values } => {
+                        let src: Vec<i64> = offsets[first..]
+                            .iter()
+                            .map(|&o| (base + o) as i64)
+                            .collect();
+                        let count = src.len();
+                        let index = Tensor::<B, 1, Int>::from_data(
+                            TensorData::new(src, [count]),
+                            &self.device,
+                        );
+                        let start = base + first;
+                        for slot in [keys, values] {
+                            if let Some(t) = slot.take() {
+                                let rows = t.clone().select(1, index.clone());
+                                *slot = Some(t.slice_assign(
+                                    [0..kv_heads, start..start + count, 0..head_dim],
+                                    rows,
+                                ));
+                            }
                         }
                     }
                 }
@@ -139,7 +224,8 @@ impl<B: Backend> KvCache<B> {
         keys: Tensor<B, 3>,
         values: Tensor<B, 3>,
     ) -> Result<(Tensor<B, 3>, Tensor<B, 3>)> {
-        let capacity = self.capacity;
+        let (capacity, kv_heads, head_dim) = (self.capacity, self.kv_heads, self.head_dim);
+        let device = self.device.clone();
         let cache = self.layers.get_mut(layer).ok_or_else(|| {
             RuntimeError::InvalidRequest(format!("the cache has no layer {layer}"))
         })?;
@@ -152,20 +238,54 @@ impl<B: Backend> KvCache<B> {
             });
         }
         let start = cache.len;
-        let mut out = Vec::with_capacity(2);
-        for (slot, new) in [(&mut cache.keys, keys), (&mut cache.values, values)] {
-            let Some(t) = slot.take() else {
-                return Err(RuntimeError::InvalidRequest("cache slot missing".into()));
-            };
-            let [kv_heads, _, head_dim] = t.dims();
-            let t = t.slice_assign([0..kv_heads, start..end, 0..head_dim], new);
-            out.push(t.clone().narrow(1, 0, end));
-            *slot = Some(t);
-        }
+        let out = match &mut cache.rows {
+            Rows::Host {
+                keys: key_rows,
+                values: value_rows,
+            } => {
+                let mut out = Vec::with_capacity(2);
+                for (rows, new) in [(key_rows, keys), (value_rows, values)] {
+                    let new = new
+                        .into_data()
+                        .convert::<f32>()
+                        .into_vec::<f32>()
+                        .map_err(|e| {
+                            RuntimeError::InvalidRequest(format!("reading keys back: {e:?}"))
+                        })?;
+                    let mut valid = Vec::with_capacity(kv_heads * end * head_dim);
+                    for (head, new_rows) in rows
+                        .chunks_exact_mut(capacity * head_dim)
+                        .zip(new.chunks_exact(n * head_dim))
+                    {
+                        head[start * head_dim..end * head_dim].copy_from_slice(new_rows);
+                        valid.extend_from_slice(&head[..end * head_dim]);
+                    }
+                    out.push(Tensor::<B, 3>::from_data(
+                        TensorData::new(valid, [kv_heads, end, head_dim]),
+                        &device,
+                    ));
+                }
+                out
+            }
+            Rows::Device {
+                keys: key_slot,
+                values: value_slot,
+            } => {
+                let mut out = Vec::with_capacity(2);
+                for (slot, new) in [(key_slot, keys), (value_slot, values)] {
+                    let Some(t) = slot.take() else {
+                        return Err(RuntimeError::InvalidRequest("cache slot missing".into()));
+                    };
+                    let t = t.slice_assign([0..kv_heads, start..end, 0..head_dim], new);
+                    out.push(t.clone().narrow(1, 0, end));
+                    *slot = Some(t);
+                }
+                out
+            }
+        };
         cache.len = end;
-        let values = out.pop();
-        let keys = out.pop();
-        match (keys, values) {
+        let mut out = out.into_iter();
+        match (out.next(), out.next()) {
             (Some(k), Some(v)) => Ok((k, v)),
             _ => Err(RuntimeError::InvalidRequest("cache slot missing".into())),
         }

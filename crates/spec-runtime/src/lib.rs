@@ -9,6 +9,7 @@ pub mod cache;
 pub mod config;
 pub mod error;
 pub mod generate;
+mod host;
 pub mod load;
 pub mod model;
 pub mod weights;

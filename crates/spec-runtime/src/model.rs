@@ -16,6 +16,7 @@ pub use spec_kernels::WeightFormat;
 use crate::cache::KvCache;
 use crate::config::ModelConfig;
 use crate::error::{Result, RuntimeError};
+use crate::host::{self, HostBlock, HostStep};
 use crate::weights::{HostTensor, WeightSource};
 
 /// A dense projection `y = x Wᵀ + b` with `W` stored `[out, in]`.
@@ -61,6 +62,23 @@ impl SkinnyLinear {
         Ok(Self { matrix, bias })
     }
 
+    /// `x` `[n, in]` (row-major) times the packed weights, plus the bias: `[n, out]`.
+    pub(crate) fn apply(&self, x: &[f32], n: usize) -> Result<Vec<f32>> {
+        let out = self.matrix.rows();
+        let mut y = vec![0.0f32; n * out];
+        self.matrix
+            .matmul_into(x, n, &mut y)
+            .map_err(|e| RuntimeError::InvalidRequest(format!("skinny product: {e}")))?;
+        if let Some(bias) = &self.bias {
+            for row in y.chunks_exact_mut(out) {
+                for (v, b) in row.iter_mut().zip(bias) {
+                    *v += b;
+                }
+            }
+        }
+        Ok(y)
+    }
+
     /// `[n, in] -> [n, out]` on the host, or `None` when `x` is not host f32 data of the right
     /// width (the caller then runs burn's matmul).
     fn forward<B: Backend>(&self, x: &Tensor<B, 2>) -> Option<Tensor<B, 2>> {
@@ -69,25 +87,18 @@ impl SkinnyLinear {
             return None;
         }
         let data = x.clone().into_data();
-        let xs = data.as_slice::<f32>().ok()?;
-        let out = self.matrix.rows();
-        let mut y = vec![0.0f32; n * out];
-        self.matrix.matmul_into(xs, n, &mut y).ok()?;
-        if let Some(bias) = &self.bias {
-            for row in y.chunks_exact_mut(out) {
-                for (v, b) in row.iter_mut().zip(bias) {
-                    *v += b;
-                }
-            }
-        }
-        Some(Tensor::from_data(TensorData::new(y, [n, out]), &x.device()))
+        let y = self.apply(data.as_slice::<f32>().ok()?, n).ok()?;
+        Some(Tensor::from_data(
+            TensorData::new(y, [n, self.matrix.rows()]),
+            &x.device(),
+        ))
     }
 }
 
 /// Whether `B` is the flex backend, whose tensors live in host memory: the only backend the
 /// skinny path serves (elsewhere reading the activations back would cost more than it saves).
 #[cfg_attr(not(feature = "flex"), allow(clippy::extra_unused_type_parameters))]
-fn is_flex<B: Backend>() -> bool {
+pub(crate) fn is_flex<B: Backend>() -> bool {
     #[cfg(feature = "flex")]
     {
         std::any::TypeId::of::<B>() == std::any::TypeId::of::<burn::backend::Flex>()
@@ -671,8 +682,77 @@ impl<B: Backend> Transformer<B> {
                 capacity: self.max_positions(),
             });
         }
-        let context = self.attention_context(&positions, cached, request.attention)?;
+        // Rows asked for are checked before any layer writes to the cache.
+        let logit_rows: Option<Vec<usize>> = match &request.logits {
+            LogitRows::None => None,
+            LogitRows::All => Some((0..n).collect()),
+            LogitRows::Last => Some(vec![n - 1]),
+            LogitRows::Rows(rows) => {
+                if let Some(&r) = rows.iter().find(|&&r| r >= n) {
+                    return Err(RuntimeError::InvalidRequest(format!(
+                        "logits of row {r} of {n}"
+                    )));
+                }
+                Some(rows.clone())
+            }
+        };
+        let bias = attention_bias(n, cached, request.attention)?;
+        let (cos, sin) = self.rope_rows(&positions);
 
+        // A short step on flex with every projection packed runs on the host (see `host`).
+        let packed: Option<Vec<HostBlock<'_>>> = if n <= SKINNY_MAX_ROWS && cache.is_host() {
+            layers
+                .clone()
+                .map(|l| HostBlock::of(&self.blocks[l]))
+                .collect()
+        } else {
+            None
+        };
+        if let Some(packed) = packed {
+            let hidden_size = x.dims()[1];
+            let to_tensor = |v: Vec<f32>| {
+                Tensor::<B, 2>::from_data(TensorData::new(v, [n, hidden_size]), &device)
+            };
+            let (cos, sin) = (host_f32(cos)?, host_f32(sin)?);
+            let step = HostStep {
+                n,
+                cos: &cos,
+                sin: &sin,
+                bias: &bias,
+            };
+            let mut x = host_f32(x)?;
+            let mut hidden = Vec::new();
+            for (l, block) in layers.clone().zip(&packed) {
+                if request.hidden_after.contains(&l) {
+                    hidden.push((l, x.clone()));
+                }
+                host::block_forward(&self.blocks[l], block, &mut x, &step, cache, l)?;
+            }
+            if request.hidden_after.contains(&layers.end) {
+                hidden.push((layers.end, x.clone()));
+            }
+            let hidden = request
+                .hidden_after
+                .iter()
+                .filter_map(|l| hidden.iter().find(|(k, _)| k == l))
+                .map(|(_, v)| to_tensor(v.clone()))
+                .collect();
+            let logits = logit_rows
+                .map(|rows| self.logits_host(&x, hidden_size, &rows))
+                .transpose()?;
+            return Ok(ForwardOutput {
+                logits,
+                hidden,
+                last_hidden: to_tensor(x),
+            });
+        }
+
+        let total = cached + n;
+        let context = AttentionContext {
+            cos,
+            sin,
+            bias: Tensor::from_data(TensorData::new(bias, [n, total]), &device),
+        };
         let mut hidden = Vec::new();
         let mut x = x;
         for l in layers.clone() {
@@ -690,27 +770,49 @@ impl<B: Backend> Transformer<B> {
             .filter_map(|l| hidden.iter().find(|(k, _)| k == l).map(|(_, t)| t.clone()))
             .collect();
 
-        let logits = match &request.logits {
-            LogitRows::None => None,
-            LogitRows::All => Some(self.logits(x.clone())),
-            LogitRows::Last => Some(self.logits(x.clone().narrow(0, n - 1, 1))),
-            LogitRows::Rows(rows) => {
-                if let Some(&r) = rows.iter().find(|&&r| r >= n) {
-                    return Err(RuntimeError::InvalidRequest(format!(
-                        "logits of row {r} of {n}"
-                    )));
-                }
+        let logits = logit_rows.map(|rows| {
+            if rows.len() == n && rows.iter().enumerate().all(|(i, &r)| i == r) {
+                self.logits(x.clone())
+            } else {
                 let ids: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
                 let ids =
                     Tensor::<B, 1, Int>::from_data(TensorData::new(ids, [rows.len()]), &device);
-                Some(self.logits(x.clone().select(0, ids)))
+                self.logits(x.clone().select(0, ids))
             }
-        };
+        });
         Ok(ForwardOutput {
             logits,
             hidden,
             last_hidden: x,
         })
+    }
+
+    /// [`Transformer::logits`] of rows `rows` of the host residual stream `x` `[n, hidden]`,
+    /// on the host when the head has a packed copy.
+    fn logits_host(&self, x: &[f32], hidden: usize, rows: &[usize]) -> Result<Tensor<B, 2>> {
+        let mut picked = Vec::with_capacity(rows.len() * hidden);
+        for &r in rows {
+            picked.extend_from_slice(&x[r * hidden..(r + 1) * hidden]);
+        }
+        let head = match (&self.lm_head, &self.tied_head) {
+            (Some(head), _) => head.skinny.as_deref(),
+            (None, tied) => tied.as_deref(),
+        };
+        let device = self.device();
+        match head {
+            Some(head) => {
+                let normed = host::rms_norm(&picked, rows.len(), &self.norm)?;
+                let y = head.apply(&normed, rows.len())?;
+                Ok(Tensor::from_data(
+                    TensorData::new(y, [rows.len(), head.matrix.rows()]),
+                    &device,
+                ))
+            }
+            None => Ok(self.logits(Tensor::from_data(
+                TensorData::new(picked, [rows.len(), hidden]),
+                &device,
+            ))),
+        }
     }
 
     /// Final norm and output head: `[rows, hidden] -> [rows, vocab]`. Also the exit head of
@@ -727,53 +829,53 @@ impl<B: Backend> Transformer<B> {
         }
     }
 
-    fn attention_context(
-        &self,
-        positions: &[usize],
-        cached: usize,
-        attention: NewTokens<'_>,
-    ) -> Result<AttentionContext<B>> {
-        let device = self.device();
+    /// Rotary tables `[n, head_dim / 2]` (cos, sin) at `positions`.
+    fn rope_rows(&self, positions: &[usize]) -> (Tensor<B, 2>, Tensor<B, 2>) {
         let n = positions.len();
         let ids: Vec<i64> = positions.iter().map(|&p| p as i64).collect();
-        let ids = Tensor::<B, 1, Int>::from_data(TensorData::new(ids, [n]), &device);
-        let cos = self.rope_cos.clone().select(0, ids.clone());
-        let sin = self.rope_sin.clone().select(0, ids);
+        let ids = Tensor::<B, 1, Int>::from_data(TensorData::new(ids, [n]), &self.device());
+        (
+            self.rope_cos.clone().select(0, ids.clone()),
+            self.rope_sin.clone().select(0, ids),
+        )
+    }
+}
 
-        let total = cached + n;
-        let mut bias = vec![0.0f32; n * total];
-        match attention {
-            NewTokens::Causal => {
-                for i in 0..n {
-                    for j in i + 1..n {
+/// The attention bias `[n, cached + n]` of `n` new tokens after `cached` positions: 0 where a
+/// new token may attend, -inf elsewhere.
+fn attention_bias(n: usize, cached: usize, attention: NewTokens<'_>) -> Result<Vec<f32>> {
+    let total = cached + n;
+    let mut bias = vec![0.0f32; n * total];
+    match attention {
+        NewTokens::Causal => {
+            for i in 0..n {
+                for j in i + 1..n {
+                    bias[i * total + cached + j] = f32::NEG_INFINITY;
+                }
+            }
+        }
+        NewTokens::Mask(mask) => {
+            if mask.len() != n * n {
+                return Err(RuntimeError::InvalidRequest(format!(
+                    "a mask of {} entries for {n} new tokens",
+                    mask.len()
+                )));
+            }
+            if (0..n).any(|i| !mask[i * n + i]) {
+                return Err(RuntimeError::InvalidRequest(
+                    "every new token must attend to itself".into(),
+                ));
+            }
+            for i in 0..n {
+                for j in 0..n {
+                    if !mask[i * n + j] {
                         bias[i * total + cached + j] = f32::NEG_INFINITY;
                     }
                 }
             }
-            NewTokens::Mask(mask) => {
-                if mask.len() != n * n {
-                    return Err(RuntimeError::InvalidRequest(format!(
-                        "a mask of {} entries for {n} new tokens",
-                        mask.len()
-                    )));
-                }
-                if (0..n).any(|i| !mask[i * n + i]) {
-                    return Err(RuntimeError::InvalidRequest(
-                        "every new token must attend to itself".into(),
-                    ));
-                }
-                for i in 0..n {
-                    for j in 0..n {
-                        if !mask[i * n + j] {
-                            bias[i * total + cached + j] = f32::NEG_INFINITY;
-                        }
-                    }
-                }
-            }
         }
-        let bias = Tensor::from_data(TensorData::new(bias, [n, total]), &device);
-        Ok(AttentionContext { cos, sin, bias })
     }
+    Ok(bias)
 }
 
 /// `cos` and `sin` of `position · θ^(−2i/d)` for every position of the context, computed in f64.

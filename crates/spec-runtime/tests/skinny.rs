@@ -121,3 +121,74 @@ fn narrow_formats_are_close_but_not_exact() {
         }
     }
 }
+
+/// One run of a prompt, a token tree after it, the kept path and a layer-range pass, returning
+/// every logit and hidden state it produced.
+fn tree_and_ranges(model: &Transformer<Flex>) -> Vec<f32> {
+    use spec_core::tree::TokenTree;
+    use spec_runtime::Input;
+    let read = |t: Tensor<Flex, 2>| t.into_data().to_vec::<f32>().unwrap();
+    let prompt: Vec<u32> = (0..9).map(|i| (i * 11 + 2) % 67).collect();
+    let mut cache = model.new_cache(64);
+    let mut out = Vec::new();
+    model
+        .forward(ForwardRequest::tokens(&prompt), &mut cache)
+        .unwrap();
+    let base = cache.len();
+    let mut tree = TokenTree::new(5);
+    let a = tree.push(0, 14).unwrap();
+    let b = tree.push(0, 27).unwrap();
+    let a1 = tree.push(a, 50).unwrap();
+    tree.push(b, 19).unwrap();
+    let mask = tree.ancestor_mask();
+    let positions = tree.positions(base);
+    let step = model
+        .forward(
+            ForwardRequest::tokens(tree.tokens())
+                .positions(&positions)
+                .mask(&mask)
+                .logits(LogitRows::Rows(vec![3, 0]))
+                .hidden_after(vec![1]),
+            &mut cache,
+        )
+        .unwrap();
+    out.extend(read(step.logits.unwrap()));
+    out.extend(read(step.hidden[0].clone()));
+    cache.keep_path(base, &[0, a, a1]).unwrap();
+    // Two layers by themselves, then the rest from their hidden state.
+    let first = model
+        .forward(
+            ForwardRequest::tokens(&[33, 8])
+                .layers(0..1)
+                .logits(LogitRows::None),
+            &mut cache,
+        )
+        .unwrap();
+    let rest = model
+        .forward(
+            ForwardRequest {
+                input: Input::Hidden(first.last_hidden),
+                ..ForwardRequest::tokens(&[])
+            }
+            .layers(1..2)
+            .logits(LogitRows::All),
+            &mut cache,
+        )
+        .unwrap();
+    out.extend(read(rest.logits.unwrap()));
+    out.extend(read(rest.last_hidden));
+    out
+}
+
+#[test]
+fn host_path_matches_burn_on_trees_kept_paths_and_layer_ranges() {
+    for arch in [Architecture::Llama, Architecture::Qwen2] {
+        let burn = tree_and_ranges(&model(arch, None));
+        let host = tree_and_ranges(&model(arch, Some(WeightFormat::F32)));
+        let (diff, scale) = max_diff(&host, &burn);
+        assert!(
+            diff <= 1e-4 * scale.max(1.0),
+            "{arch:?}: max |Δ| {diff} (max |value| {scale})"
+        );
+    }
+}

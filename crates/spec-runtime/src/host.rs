@@ -1,0 +1,276 @@
+//! The decoder's host path: on the flex backend, a step of at most [`SKINNY_MAX_ROWS`] tokens (a
+//! decode step, a verification chain or tree) runs every layer on plain `f32` slices.
+//!
+//! Such a step is bound by reading the weights, which `spec-kernels` streams once for all rows.
+//! Run through burn, the rest of a layer is some fifty small tensor operations, each with its
+//! own allocation and dispatch; at one to sixteen rows that overhead was ~40% of a SmolLM2 step.
+//! Here the same math (RMSNorm, rotary embedding, grouped-query attention over the cache,
+//! SwiGLU) works in place on host vectors, and keys and values go straight into the cache's
+//! host rows. [`crate::model`]'s burn code stays the definition for every other case (prompts,
+//! other backends, projections without a packed copy), and the tests hold the two paths equal.
+//!
+//! [`SKINNY_MAX_ROWS`]: crate::model::SKINNY_MAX_ROWS
+
+use rayon::prelude::*;
+
+use crate::cache::{HostLayer, KvCache};
+use crate::error::{Result, RuntimeError};
+use crate::model::{Block, RmsNorm, SkinnyLinear};
+use burn::tensor::backend::Backend;
+
+/// Below this many multiply-adds, attention runs on the calling thread.
+const PARALLEL_ATTENTION_WORK: usize = 1 << 16;
+
+/// What every layer of one host step shares.
+pub(crate) struct HostStep<'a> {
+    pub n: usize,
+    /// `[n, head_dim / 2]` rotary cosines and sines of the new tokens' positions.
+    pub cos: &'a [f32],
+    pub sin: &'a [f32],
+    /// `[n, cached + n]`: 0 where a new token may attend, -inf elsewhere.
+    pub bias: &'a [f32],
+}
+
+/// The packed projections of one block, when every one of them has a packed copy.
+pub(crate) struct HostBlock<'a> {
+    q: &'a SkinnyLinear,
+    k: &'a SkinnyLinear,
+    v: &'a SkinnyLinear,
+    o: &'a SkinnyLinear,
+    gate: &'a SkinnyLinear,
+    up: &'a SkinnyLinear,
+    down: &'a SkinnyLinear,
+}
+
+impl<'a> HostBlock<'a> {
+    pub(crate) fn of<B: Backend>(block: &'a Block<B>) -> Option<Self> {
+        let a = &block.attention;
+        let m = &block.mlp;
+        Some(Self {
+            q: a.q_proj.skinny.as_deref()?,
+            k: a.k_proj.skinny.as_deref()?,
+            v: a.v_proj.skinny.as_deref()?,
+            o: a.o_proj.skinny.as_deref()?,
+            gate: m.gate_proj.skinny.as_deref()?,
+            up: m.up_proj.skinny.as_deref()?,
+            down: m.down_proj.skinny.as_deref()?,
+        })
+    }
+}
+
+/// Runs `block` on the residual stream `x` `[n, hidden]` in place, appending the new keys and
+/// values to `cache`'s layer `layer`.
+pub(crate) fn block_forward<B: Backend>(
+    block: &Block<B>,
+    packed: &HostBlock<'_>,
+    x: &mut [f32],
+    step: &HostStep<'_>,
+    cache: &mut KvCache<B>,
+    layer: usize,
+) -> Result<()> {
+    let n = step.n;
+    let attention = &block.attention;
+    let (h, kv, d) = (
+        attention.num_heads,
+        attention.num_kv_heads,
+        attention.head_dim,
+    );
+    let normed = rms_norm(x, n, &block.input_norm)?;
+    let mut q = packed.q.apply(&normed, n)?;
+    let mut k = packed.k.apply(&normed, n)?;
+    let v = packed.v.apply(&normed, n)?;
+    rotate(&mut q, step, h, d);
+    rotate(&mut k, step, kv, d);
+
+    if cache.head_shape() != (kv, d) {
+        return Err(RuntimeError::InvalidRequest(format!(
+            "a cache of {:?} (kv heads, head dim) for a layer of ({kv}, {d})",
+            cache.head_shape()
+        )));
+    }
+    let capacity = cache.capacity();
+    let rows = cache
+        .host_layer(layer)
+        .ok_or_else(|| RuntimeError::InvalidRequest("the cache is not on the host".into()))?;
+    let HostLayer { keys, values, len } = rows;
+    let start = *len;
+    let total = start + n;
+    if total > capacity {
+        return Err(RuntimeError::ContextOverflow {
+            needed: total,
+            capacity,
+        });
+    }
+    if step.bias.len() != n * total {
+        return Err(RuntimeError::InvalidRequest(format!(
+            "an attention bias of {} entries for {n} x {total}",
+            step.bias.len()
+        )));
+    }
+    // New rows: [n, kv · d] -> head-major [kv, capacity, d].
+    for (i, (k_row, v_row)) in k
+        .chunks_exact(kv * d)
+        .zip(v.chunks_exact(kv * d))
+        .enumerate()
+    {
+        for head in 0..kv {
+            let at = (head * capacity + start + i) * d;
+            keys[at..at + d].copy_from_slice(&k_row[head * d..(head + 1) * d]);
+            values[at..at + d].copy_from_slice(&v_row[head * d..(head + 1) * d]);
+        }
+    }
+    *len = total;
+    let attended = attend(
+        &q,
+        keys,
+        values,
+        Shape {
+            n,
+            heads: h,
+            kv_heads: kv,
+            head_dim: d,
+            capacity,
+            total,
+        },
+        step.bias,
+    );
+    let out = packed.o.apply(&attended, n)?;
+    add_into(x, &out);
+
+    let normed = rms_norm(x, n, &block.post_attention_norm)?;
+    let mut gate = packed.gate.apply(&normed, n)?;
+    let up = packed.up.apply(&normed, n)?;
+    for (g, u) in gate.iter_mut().zip(&up) {
+        *g = *g / (1.0 + (-*g).exp()) * u;
+    }
+    let out = packed.down.apply(&gate, n)?;
+    add_into(x, &out);
+    Ok(())
+}
+
+/// `x[n, features]` normalized by `norm` into a new vector.
+pub(crate) fn rms_norm<B: Backend>(x: &[f32], n: usize, norm: &RmsNorm<B>) -> Result<Vec<f32>> {
+    let weight = norm
+        .weight
+        .val()
+        .into_data()
+        .convert::<f32>()
+        .into_vec::<f32>()
+        .map_err(|e| RuntimeError::InvalidRequest(format!("reading a norm back: {e:?}")))?;
+    let features = weight.len();
+    if x.len() != n * features {
+        return Err(RuntimeError::InvalidRequest(format!(
+            "{} values for {n} rows of {features}",
+            x.len()
+        )));
+    }
+    let mut out = vec![0.0f32; x.len()];
+    for (row, out_row) in x.chunks_exact(features).zip(out.chunks_exact_mut(features)) {
+        let mean_square = dot(row, row) / features as f32;
+        let inv = 1.0 / (mean_square + norm.eps as f32).sqrt();
+        for ((o, &v), &w) in out_row.iter_mut().zip(row).zip(&weight) {
+            *o = v * inv * w;
+        }
+    }
+    Ok(out)
+}
+
+/// Rotary embedding in the half-split layout on `x` `[n, heads · d]`, in place.
+fn rotate(x: &mut [f32], step: &HostStep<'_>, heads: usize, d: usize) {
+    let half = d / 2;
+    for (i, row) in x.chunks_exact_mut(heads * d).enumerate() {
+        let cos = &step.cos[i * half..(i + 1) * half];
+        let sin = &step.sin[i * half..(i + 1) * half];
+        for head in row.chunks_exact_mut(d) {
+            let (x1, x2) = head.split_at_mut(half);
+            for (((a, b), &c), &s) in x1.iter_mut().zip(x2.iter_mut()).zip(cos).zip(sin) {
+                let (u, w) = (*a, *b);
+                *a = u * c - w * s;
+                *b = w * c + u * s;
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    n: usize,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    capacity: usize,
+    total: usize,
+}
+
+/// Scaled dot-product attention of `q` `[n, heads · d]` over the first `total` cached positions
+/// (`keys`, `values` `[kv_heads, capacity, d]`), with `bias` `[n, total]` added to the scores;
+/// returns `[n, heads · d]`.
+fn attend(q: &[f32], keys: &[f32], values: &[f32], s: Shape, bias: &[f32]) -> Vec<f32> {
+    let d = s.head_dim;
+    let group = s.heads / s.kv_heads;
+    let scale = 1.0 / (d as f32).sqrt();
+    let head = |head: usize| -> Vec<f32> {
+        let kv = head / group;
+        let keys = &keys[kv * s.capacity * d..(kv * s.capacity + s.total) * d];
+        let values = &values[kv * s.capacity * d..(kv * s.capacity + s.total) * d];
+        let mut out = vec![0.0f32; s.n * d];
+        let mut scores = vec![0.0f32; s.total];
+        for (i, out_row) in out.chunks_exact_mut(d).enumerate() {
+            let q_row = &q[(i * s.heads + head) * d..(i * s.heads + head + 1) * d];
+            let bias_row = &bias[i * s.total..(i + 1) * s.total];
+            let mut max = f32::NEG_INFINITY;
+            for ((score, key), &b) in scores.iter_mut().zip(keys.chunks_exact(d)).zip(bias_row) {
+                *score = dot(q_row, key) * scale + b;
+                max = max.max(*score);
+            }
+            let mut sum = 0.0f32;
+            for score in &mut scores {
+                *score = (*score - max).exp();
+                sum += *score;
+            }
+            let inv = 1.0 / sum;
+            for (&w, value) in scores.iter().zip(values.chunks_exact(d)) {
+                if w != 0.0 {
+                    let w = w * inv;
+                    for (o, &v) in out_row.iter_mut().zip(value) {
+                        *o += w * v;
+                    }
+                }
+            }
+        }
+        out
+    };
+    let per_head: Vec<Vec<f32>> = if s.n * s.total * s.heads * d >= PARALLEL_ATTENTION_WORK {
+        (0..s.heads).into_par_iter().map(head).collect()
+    } else {
+        (0..s.heads).map(head).collect()
+    };
+    let mut out = vec![0.0f32; s.n * s.heads * d];
+    for (head, rows) in per_head.iter().enumerate() {
+        for (i, row) in rows.chunks_exact(d).enumerate() {
+            let at = (i * s.heads + head) * d;
+            out[at..at + d].copy_from_slice(row);
+        }
+    }
+    out
+}
+
+fn add_into(x: &mut [f32], y: &[f32]) {
+    for (a, b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}
+
+/// A dot product in eight lanes, which the compiler keeps in one vector register.
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; 8];
+    let (a8, a_rest) = a.split_at(a.len() / 8 * 8);
+    let (b8, b_rest) = b.split_at(a8.len().min(b.len()));
+    for (x, y) in a8.chunks_exact(8).zip(b8.chunks_exact(8)) {
+        for l in 0..8 {
+            lanes[l] += x[l] * y[l];
+        }
+    }
+    let tail: f32 = a_rest.iter().zip(b_rest).map(|(x, y)| x * y).sum();
+    lanes.iter().sum::<f32>() + tail
+}
