@@ -15,7 +15,7 @@ use rayon::prelude::*;
 
 use crate::cache::{HostLayer, KvCache};
 use crate::error::{Result, RuntimeError};
-use crate::model::{Block, RmsNorm, SkinnyLinear};
+use crate::model::{Block, PackedBlock, RmsNorm};
 use burn::tensor::backend::Backend;
 
 /// Below this many multiply-adds, attention runs on the calling thread.
@@ -31,38 +31,11 @@ pub(crate) struct HostStep<'a> {
     pub bias: &'a [f32],
 }
 
-/// The packed projections of one block, when every one of them has a packed copy.
-pub(crate) struct HostBlock<'a> {
-    q: &'a SkinnyLinear,
-    k: &'a SkinnyLinear,
-    v: &'a SkinnyLinear,
-    o: &'a SkinnyLinear,
-    gate: &'a SkinnyLinear,
-    up: &'a SkinnyLinear,
-    down: &'a SkinnyLinear,
-}
-
-impl<'a> HostBlock<'a> {
-    pub(crate) fn of<B: Backend>(block: &'a Block<B>) -> Option<Self> {
-        let a = &block.attention;
-        let m = &block.mlp;
-        Some(Self {
-            q: a.q_proj.skinny.as_deref()?,
-            k: a.k_proj.skinny.as_deref()?,
-            v: a.v_proj.skinny.as_deref()?,
-            o: a.o_proj.skinny.as_deref()?,
-            gate: m.gate_proj.skinny.as_deref()?,
-            up: m.up_proj.skinny.as_deref()?,
-            down: m.down_proj.skinny.as_deref()?,
-        })
-    }
-}
-
-/// Runs `block` on the residual stream `x` `[n, hidden]` in place, appending the new keys and
-/// values to `cache`'s layer `layer`.
+/// Runs `block` on the residual stream `x` `[n, hidden]` in place with its packed projections,
+/// appending the new keys and values to `cache`'s layer `layer`.
 pub(crate) fn block_forward<B: Backend>(
     block: &Block<B>,
-    packed: &HostBlock<'_>,
+    packed: &PackedBlock,
     x: &mut [f32],
     step: &HostStep<'_>,
     cache: &mut KvCache<B>,
@@ -75,19 +48,27 @@ pub(crate) fn block_forward<B: Backend>(
         attention.num_kv_heads,
         attention.head_dim,
     );
-    let normed = rms_norm(x, n, &block.input_norm)?;
-    let mut q = packed.q.apply(&normed, n)?;
-    let mut k = packed.k.apply(&normed, n)?;
-    let v = packed.v.apply(&normed, n)?;
-    rotate(&mut q, step, h, d);
-    rotate(&mut k, step, kv, d);
-
     if cache.head_shape() != (kv, d) {
         return Err(RuntimeError::InvalidRequest(format!(
             "a cache of {:?} (kv heads, head dim) for a layer of ({kv}, {d})",
             cache.head_shape()
         )));
     }
+    let normed = rms_norm(x, n, &block.input_norm)?;
+    // Each row: q (h heads), k (kv heads), v (kv heads).
+    let mut qkv = packed.qkv.apply(&normed, n)?;
+    let width = (h + 2 * kv) * d;
+    if qkv.len() != n * width {
+        return Err(RuntimeError::InvalidRequest(format!(
+            "a stacked q/k/v product of {} values for {n} rows of {width}",
+            qkv.len()
+        )));
+    }
+    for (i, row) in qkv.chunks_exact_mut(width).enumerate() {
+        // q and k heads are rotated alike; v follows them.
+        rotate(&mut row[..(h + kv) * d], step, i, d);
+    }
+
     let capacity = cache.capacity();
     let rows = cache
         .host_layer(layer)
@@ -107,12 +88,9 @@ pub(crate) fn block_forward<B: Backend>(
             step.bias.len()
         )));
     }
-    // New rows: [n, kv · d] -> head-major [kv, capacity, d].
-    for (i, (k_row, v_row)) in k
-        .chunks_exact(kv * d)
-        .zip(v.chunks_exact(kv * d))
-        .enumerate()
-    {
+    // New rows -> head-major [kv, capacity, d].
+    for (i, row) in qkv.chunks_exact(width).enumerate() {
+        let (k_row, v_row) = row[h * d..].split_at(kv * d);
         for head in 0..kv {
             let at = (head * capacity + start + i) * d;
             keys[at..at + d].copy_from_slice(&k_row[head * d..(head + 1) * d]);
@@ -121,7 +99,8 @@ pub(crate) fn block_forward<B: Backend>(
     }
     *len = total;
     let attended = attend(
-        &q,
+        &qkv,
+        width,
         keys,
         values,
         Shape {
@@ -138,12 +117,18 @@ pub(crate) fn block_forward<B: Backend>(
     add_into(x, &out);
 
     let normed = rms_norm(x, n, &block.post_attention_norm)?;
-    let mut gate = packed.gate.apply(&normed, n)?;
-    let up = packed.up.apply(&normed, n)?;
-    for (g, u) in gate.iter_mut().zip(&up) {
-        *g = *g / (1.0 + (-*g).exp()) * u;
+    let gate_up = packed.gate_up.apply(&normed, n)?;
+    let ff = packed.gate_up.matrix.rows() / 2;
+    let mut act = Vec::with_capacity(n * ff);
+    for row in gate_up.chunks_exact(2 * ff) {
+        let (gate, up) = row.split_at(ff);
+        act.extend(
+            gate.iter()
+                .zip(up)
+                .map(|(&g, &u)| g / (1.0 + (-g).exp()) * u),
+        );
     }
-    let out = packed.down.apply(&gate, n)?;
+    let out = packed.down.apply(&act, n)?;
     add_into(x, &out);
     Ok(())
 }
@@ -175,19 +160,18 @@ pub(crate) fn rms_norm<B: Backend>(x: &[f32], n: usize, norm: &RmsNorm<B>) -> Re
     Ok(out)
 }
 
-/// Rotary embedding in the half-split layout on `x` `[n, heads · d]`, in place.
-fn rotate(x: &mut [f32], step: &HostStep<'_>, heads: usize, d: usize) {
+/// Rotary embedding in the half-split layout on the heads of `heads` (`[heads · d]`, one token,
+/// row `i` of the step), in place.
+fn rotate(heads: &mut [f32], step: &HostStep<'_>, i: usize, d: usize) {
     let half = d / 2;
-    for (i, row) in x.chunks_exact_mut(heads * d).enumerate() {
-        let cos = &step.cos[i * half..(i + 1) * half];
-        let sin = &step.sin[i * half..(i + 1) * half];
-        for head in row.chunks_exact_mut(d) {
-            let (x1, x2) = head.split_at_mut(half);
-            for (((a, b), &c), &s) in x1.iter_mut().zip(x2.iter_mut()).zip(cos).zip(sin) {
-                let (u, w) = (*a, *b);
-                *a = u * c - w * s;
-                *b = w * c + u * s;
-            }
+    let cos = &step.cos[i * half..(i + 1) * half];
+    let sin = &step.sin[i * half..(i + 1) * half];
+    for head in heads.chunks_exact_mut(d) {
+        let (x1, x2) = head.split_at_mut(half);
+        for (((a, b), &c), &s) in x1.iter_mut().zip(x2.iter_mut()).zip(cos).zip(sin) {
+            let (u, w) = (*a, *b);
+            *a = u * c - w * s;
+            *b = w * c + u * s;
         }
     }
 }
@@ -202,10 +186,17 @@ struct Shape {
     total: usize,
 }
 
-/// Scaled dot-product attention of `q` `[n, heads · d]` over the first `total` cached positions
+/// Scaled dot-product attention of `q` (row `i`'s heads at `i · q_stride`, `heads · d` values) over the first `total` cached positions
 /// (`keys`, `values` `[kv_heads, capacity, d]`), with `bias` `[n, total]` added to the scores;
 /// returns `[n, heads · d]`.
-fn attend(q: &[f32], keys: &[f32], values: &[f32], s: Shape, bias: &[f32]) -> Vec<f32> {
+fn attend(
+    q: &[f32],
+    q_stride: usize,
+    keys: &[f32],
+    values: &[f32],
+    s: Shape,
+    bias: &[f32],
+) -> Vec<f32> {
     let d = s.head_dim;
     let group = s.heads / s.kv_heads;
     let scale = 1.0 / (d as f32).sqrt();
@@ -216,7 +207,7 @@ fn attend(q: &[f32], keys: &[f32], values: &[f32], s: Shape, bias: &[f32]) -> Ve
         let mut out = vec![0.0f32; s.n * d];
         let mut scores = vec![0.0f32; s.total];
         for (i, out_row) in out.chunks_exact_mut(d).enumerate() {
-            let q_row = &q[(i * s.heads + head) * d..(i * s.heads + head + 1) * d];
+            let q_row = &q[i * q_stride + head * d..i * q_stride + (head + 1) * d];
             let bias_row = &bias[i * s.total..(i + 1) * s.total];
             let mut max = f32::NEG_INFINITY;
             for ((score, key), &b) in scores.iter_mut().zip(keys.chunks_exact(d)).zip(bias_row) {

@@ -16,7 +16,7 @@ pub use spec_kernels::WeightFormat;
 use crate::cache::KvCache;
 use crate::config::ModelConfig;
 use crate::error::{Result, RuntimeError};
-use crate::host::{self, HostBlock, HostStep};
+use crate::host::{self, HostStep};
 use crate::weights::{HostTensor, WeightSource};
 
 /// A dense projection `y = x Wᵀ + b` with `W` stored `[out, in]`.
@@ -92,6 +92,78 @@ impl SkinnyLinear {
             TensorData::new(y, [n, self.matrix.rows()]),
             &x.device(),
         ))
+    }
+}
+
+/// One block's projections packed for the decoder's host path (`crate::host`): q, k and v
+/// stacked into one product and gate and up into another, so a layer makes four kernel calls.
+#[derive(Debug)]
+pub struct PackedBlock {
+    /// `[q_out + 2 · kv_out, hidden]`, with the stacked biases.
+    pub qkv: SkinnyLinear,
+    pub o: SkinnyLinear,
+    /// `[2 · intermediate, hidden]`: gate rows, then up rows.
+    pub gate_up: SkinnyLinear,
+    pub down: SkinnyLinear,
+}
+
+/// A projection's host weight and bias as read from a checkpoint.
+type HostProjection = (HostTensor, Option<HostTensor>);
+
+/// A projection's host weights `[rows, cols]` and bias `[rows]`, borrowed for packing.
+struct Projection<'a> {
+    weight: &'a [f32],
+    rows: usize,
+    cols: usize,
+    bias: Option<&'a [f32]>,
+}
+
+impl<'a> Projection<'a> {
+    fn of(weight: &'a HostTensor, bias: Option<&'a HostTensor>) -> Self {
+        Self {
+            weight: &weight.data,
+            rows: weight.shape.first().copied().unwrap_or(0),
+            cols: weight.shape.get(1).copied().unwrap_or(0),
+            bias: bias.map(|b| b.data.as_slice()),
+        }
+    }
+}
+
+/// `parts` stacked row-wise into one packed projection (they must share `cols`).
+fn stack(parts: &[Projection<'_>], format: WeightFormat) -> Result<SkinnyLinear> {
+    let cols = parts.first().map_or(0, |p| p.cols);
+    if parts.iter().any(|p| p.cols != cols) {
+        return Err(RuntimeError::InvalidConfig(
+            "stacked projections of different widths".into(),
+        ));
+    }
+    let rows = parts.iter().map(|p| p.rows).sum();
+    let mut weight = Vec::with_capacity(rows * cols);
+    for p in parts {
+        weight.extend_from_slice(p.weight);
+    }
+    let bias = parts.iter().any(|p| p.bias.is_some()).then(|| {
+        parts
+            .iter()
+            .flat_map(|p| match p.bias {
+                Some(b) => b.to_vec(),
+                None => vec![0.0; p.rows],
+            })
+            .collect()
+    });
+    SkinnyLinear::new(&weight, rows, cols, bias, format)
+}
+
+impl PackedBlock {
+    /// Packs the seven projections of a block, given in the order q, k, v, o, gate, up, down.
+    fn new(p: [Projection<'_>; 7], format: WeightFormat) -> Result<Self> {
+        let [q, k, v, o, gate, up, down] = p;
+        Ok(Self {
+            qkv: stack(&[q, k, v], format)?,
+            o: stack(&[o], format)?,
+            gate_up: stack(&[gate, up], format)?,
+            down: stack(&[down], format)?,
+        })
     }
 }
 
@@ -317,9 +389,59 @@ pub struct Block<B: Backend> {
     pub attention: Attention<B>,
     pub post_attention_norm: RmsNorm<B>,
     pub mlp: Mlp<B>,
+    /// The host path's packed copy of the projections (flex only; `None` runs burn's matmul).
+    /// Made at load ([`LoadOptions::skinny_format`]) and not updated if the weights are replaced
+    /// afterwards: call [`Block::pack`] again, or set it to `None`.
+    #[module(skip)]
+    pub packed: Option<Arc<PackedBlock>>,
 }
 
 impl<B: Backend> Block<B> {
+    /// (Re)builds [`Block::packed`] from the current weights (flex only; elsewhere clears it).
+    pub fn pack(&mut self, format: WeightFormat) -> Result<()> {
+        if !is_flex::<B>() {
+            self.packed = None;
+            return Ok(());
+        }
+        let a = &self.attention;
+        let m = &self.mlp;
+        let linears = [
+            &a.q_proj,
+            &a.k_proj,
+            &a.v_proj,
+            &a.o_proj,
+            &m.gate_proj,
+            &m.up_proj,
+            &m.down_proj,
+        ];
+        let mut host = Vec::with_capacity(7);
+        for linear in linears {
+            let weight = linear.weight.val();
+            let shape = weight.dims().to_vec();
+            let weight = HostTensor {
+                data: host_f32(weight)?,
+                shape,
+            };
+            let bias = match &linear.bias {
+                Some(b) => Some(HostTensor {
+                    shape: b.val().dims().to_vec(),
+                    data: host_f32(b.val())?,
+                }),
+                None => None,
+            };
+            host.push((weight, bias));
+        }
+        let parts: Vec<Projection<'_>> = host
+            .iter()
+            .map(|(w, b)| Projection::of(w, b.as_ref()))
+            .collect();
+        let parts: [Projection<'_>; 7] = parts
+            .try_into()
+            .map_err(|_| RuntimeError::InvalidConfig("a block of seven projections".into()))?;
+        self.packed = Some(Arc::new(PackedBlock::new(parts, format)?));
+        Ok(())
+    }
+
     fn forward(
         &self,
         x: Tensor<B, 2>,
@@ -503,29 +625,48 @@ impl<B: Backend> Transformer<B> {
         let mut blocks = Vec::with_capacity(config.num_layers);
         for i in 0..config.num_layers {
             let p = format!("model.layers.{i}");
-            let mut linear =
-                |name: &str, out: usize, inp: usize, bias: bool| -> Result<Linear<B>> {
+            let mut take =
+                |name: &str, out: usize, inp: usize, bias: bool| -> Result<HostProjection> {
                     let weight = get(&format!("{p}.{name}.weight"), &[out, inp])?;
                     let bias = if bias {
                         Some(get(&format!("{p}.{name}.bias"), &[out])?)
                     } else {
                         None
                     };
-                    Linear::from_host(weight, bias, skinny_format, device)
+                    Ok((weight, bias))
                 };
+            let host = [
+                take("self_attn.q_proj", h, hd, config.qkv_bias)?,
+                take("self_attn.k_proj", kv, hd, config.qkv_bias)?,
+                take("self_attn.v_proj", kv, hd, config.qkv_bias)?,
+                take("self_attn.o_proj", hd, h, false)?,
+                take("mlp.gate_proj", ff, hd, false)?,
+                take("mlp.up_proj", ff, hd, false)?,
+                take("mlp.down_proj", hd, ff, false)?,
+            ];
+            let packed = match skinny_format {
+                Some(format) => Some(Arc::new(PackedBlock::new(
+                    host.each_ref().map(|(w, b)| Projection::of(w, b.as_ref())),
+                    format,
+                )?)),
+                None => None,
+            };
+            // The block's own projections run burn's matmul; the packed copy serves short steps.
+            let [q, k, v, o, gate, up, down] =
+                host.map(|(w, b)| Linear::from_host(w, b, None, device));
             let attention = Attention {
-                q_proj: linear("self_attn.q_proj", h, hd, config.qkv_bias)?,
-                k_proj: linear("self_attn.k_proj", kv, hd, config.qkv_bias)?,
-                v_proj: linear("self_attn.v_proj", kv, hd, config.qkv_bias)?,
-                o_proj: linear("self_attn.o_proj", hd, h, false)?,
+                q_proj: q?,
+                k_proj: k?,
+                v_proj: v?,
+                o_proj: o?,
                 num_heads: config.num_heads,
                 num_kv_heads: config.num_kv_heads,
                 head_dim: config.head_dim,
             };
             let mlp = Mlp {
-                gate_proj: linear("mlp.gate_proj", ff, hd, false)?,
-                up_proj: linear("mlp.up_proj", ff, hd, false)?,
-                down_proj: linear("mlp.down_proj", hd, ff, false)?,
+                gate_proj: gate?,
+                up_proj: up?,
+                down_proj: down?,
             };
             let norm = |t| RmsNorm {
                 weight: param1(t),
@@ -539,6 +680,7 @@ impl<B: Backend> Transformer<B> {
                     &[hd],
                 )?),
                 mlp,
+                packed,
             });
         }
         let norm = RmsNorm {
@@ -570,6 +712,28 @@ impl<B: Backend> Transformer<B> {
 
     pub fn num_layers(&self) -> usize {
         self.blocks.len()
+    }
+
+    /// (Re)builds every packed copy (blocks and output head) from the current weights in
+    /// `format`, e.g. after training replaced them (flex only; elsewhere clears them).
+    pub fn pack(&mut self, format: WeightFormat) -> Result<()> {
+        for block in &mut self.blocks {
+            block.pack(format)?;
+        }
+        if let Some(head) = &mut self.lm_head {
+            head.pack(format)?;
+        }
+        self.tied_head = match (&self.lm_head, is_flex::<B>()) {
+            (None, true) => {
+                let [vocab, hidden] = self.embedding.val().dims();
+                let weight = host_f32(self.embedding.val())?;
+                Some(Arc::new(SkinnyLinear::new(
+                    &weight, vocab, hidden, None, format,
+                )?))
+            }
+            _ => None,
+        };
+        Ok(())
     }
 
     /// Positions the rotary tables cover.
@@ -700,10 +864,10 @@ impl<B: Backend> Transformer<B> {
         let (cos, sin) = self.rope_rows(&positions);
 
         // A short step on flex with every projection packed runs on the host (see `host`).
-        let packed: Option<Vec<HostBlock<'_>>> = if n <= SKINNY_MAX_ROWS && cache.is_host() {
+        let packed: Option<Vec<&PackedBlock>> = if n <= SKINNY_MAX_ROWS && cache.is_host() {
             layers
                 .clone()
-                .map(|l| HostBlock::of(&self.blocks[l]))
+                .map(|l| self.blocks[l].packed.as_deref())
                 .collect()
         } else {
             None
@@ -722,7 +886,7 @@ impl<B: Backend> Transformer<B> {
             };
             let mut x = host_f32(x)?;
             let mut hidden = Vec::new();
-            for (l, block) in layers.clone().zip(&packed) {
+            for (l, block) in layers.clone().zip(packed) {
                 if request.hidden_after.contains(&l) {
                     hidden.push((l, x.clone()));
                 }

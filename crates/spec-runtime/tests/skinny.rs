@@ -73,15 +73,16 @@ fn max_diff(a: &[f32], b: &[f32]) -> (f32, f32) {
 fn skinny_path_is_built_on_flex() {
     for arch in [Architecture::Llama, Architecture::Qwen2] {
         let m = model(arch, Some(WeightFormat::F32));
-        assert!(m.blocks[0].attention.q_proj.skinny.is_some());
-        assert!(m.blocks[1].mlp.down_proj.skinny.is_some());
+        assert!(m.blocks.iter().all(|b| b.packed.is_some()));
+        // The packed copy is the block's only one: its own projections hold none.
+        assert!(m.blocks[0].attention.q_proj.skinny.is_none());
         assert_eq!(m.tied_head.is_some(), arch == Architecture::Qwen2);
         assert_eq!(
             m.lm_head.as_ref().is_some_and(|h| h.skinny.is_some()),
             arch == Architecture::Llama
         );
         let off = model(arch, None);
-        assert!(off.blocks[0].attention.q_proj.skinny.is_none());
+        assert!(off.blocks[0].packed.is_none());
         assert!(off.tied_head.is_none());
     }
 }
@@ -190,5 +191,16 @@ fn host_path_matches_burn_on_trees_kept_paths_and_layer_ranges() {
             diff <= 1e-4 * scale.max(1.0),
             "{arch:?}: max |Δ| {diff} (max |value| {scale})"
         );
+    }
+}
+
+#[test]
+fn packing_after_load_equals_packing_at_load() {
+    let tokens: Vec<u32> = (0..10).map(|i| (i * 13 + 4) % 67).collect();
+    for arch in [Architecture::Llama, Architecture::Qwen2] {
+        let at_load = logits(&model(arch, Some(WeightFormat::Bf16)), &tokens, 3);
+        let mut later = model(arch, None);
+        later.pack(WeightFormat::Bf16).unwrap();
+        assert_eq!(logits(&later, &tokens, 3), at_load, "{arch:?}");
     }
 }
