@@ -9,6 +9,13 @@
 //! - tok/s = the mean over prompts of `new tokens ÷ wall seconds` (prefill included);
 //! - speedup = that mean ÷ the same mean of plain decoding on the same target, prompts and run.
 //!
+//! Methods with a draft model (`sampling`, fixed K or `k=auto`) are also set against the analytic
+//! speedup of Leviathan et al. (2023, Theorem 3.8), `E[τ] / (K·c + 1)` with
+//! `E[τ] = (1 − α^{K+1}) / (1 − α)` ([`DraftBound`]): α as above, K the fixed draft length (for
+//! `auto` the mean drafted tokens per step), and c the measured cost ratio, the mean time of one
+//! draft-model step (a forward and the sampling of its token) ÷ the mean time of one plain decode
+//! step of the same target over the same prompts in the same run.
+//!
 //! Greedy runs (temperature 0) also check losslessness: each method's tokens must equal plain
 //! decoding's on the same prompt and repeat; any difference is a mismatch and makes the command
 //! fail after writing the report.
@@ -26,6 +33,7 @@ use serde::{Deserialize, Serialize};
 use spec_core::sampling::SamplingConfig;
 use spec_engine::{Drafter, generate_speculative};
 use spec_runtime::{GenerateOptions, StopReason, load::load_model};
+use spec_sampling::DraftLength;
 use spec_tokenizer::{Message, TextTokenizer};
 
 use crate::methods::BenchMethod;
@@ -269,6 +277,22 @@ fn uses_draft_model(method: &str) -> bool {
     matches!(method, "sampling")
 }
 
+/// The fixed draft length K of a draft-model method (default [`DraftLength::default`]); `None`
+/// for other lengths (`k=auto`) and methods without a draft model.
+fn fixed_draft_length(method: &BenchMethod) -> Option<usize> {
+    if !uses_draft_model(&method.spec.method) {
+        return None;
+    }
+    let length = match method.spec.k.as_deref() {
+        None => DraftLength::default(),
+        Some(k) => DraftLength::parse(k).ok()?,
+    };
+    match length {
+        DraftLength::Fixed(k) => Some(k),
+        DraftLength::Confident { .. } | DraftLength::Auto { .. } => None,
+    }
+}
+
 /// A prompt of the run.
 #[derive(Debug, Clone, Serialize)]
 struct BenchPrompt {
@@ -367,6 +391,13 @@ struct RunRecord {
     tokens_per_second: f64,
     draft_seconds: f64,
     target_seconds: f64,
+    /// Time in the drafter's `draft` calls that ran the draft model (`draft_forwards` forwards).
+    draft_forward_seconds: f64,
+    /// Time in the `steps` verification steps (target forward and verification), no prefill.
+    step_seconds: f64,
+    /// The fixed draft length K of a draft-model method; `None` for `k=auto` and for methods
+    /// without a draft model.
+    fixed_k: Option<usize>,
     steps: u64,
     target_forwards: u64,
     draft_forwards: u64,
@@ -418,6 +449,30 @@ struct Summary {
     acceptance_by_position: Vec<f64>,
     mismatches: usize,
     max_peak_rss_bytes: Option<u64>,
+    /// Draft-model methods: the measured cost ratio and the analytic speedup bound.
+    draft_bound: Option<DraftBound>,
+}
+
+/// A draft-model method's measured cost ratio `c` and the speedup `E[τ] / (K·c + 1)` the i.i.d.
+/// acceptance model of Leviathan et al. (2023, Theorem 3.8) predicts from the measured α, K and
+/// c, against the speedup achieved.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct DraftBound {
+    /// K: the fixed draft length, or for `k=auto` the mean drafted tokens per step.
+    k: f64,
+    /// Mean seconds of one draft-model step: its forward and the sampling of its token.
+    draft_forward_seconds: f64,
+    /// Mean seconds of one plain decode step (target forward and sampling) of the same target
+    /// over the same prompts in the same run.
+    plain_step_seconds: f64,
+    /// c = `draft_forward_seconds` ÷ `plain_step_seconds`.
+    cost_ratio: f64,
+    /// E[τ] = (1 − α^{K+1}) / (1 − α), from the summary's α.
+    expected_tau: f64,
+    /// E[τ] ÷ (K·c + 1).
+    speedup_bound: f64,
+    /// The summary's speedup ÷ `speedup_bound` (null without a plain baseline).
+    achieved_over_bound: Option<f64>,
 }
 
 /// Where the run happened.
@@ -713,6 +768,9 @@ pub(crate) fn run<B: Backend>(args: &BenchArgs, device: &B::Device) -> Result<()
                         tokens_per_second: generation.stats.tokens_per_second,
                         draft_seconds: generation.draft_seconds,
                         target_seconds: generation.target_seconds,
+                        draft_forward_seconds: generation.draft_forward_seconds,
+                        step_seconds: generation.step_seconds,
+                        fixed_k: fixed_draft_length(&planned.method),
                         steps: m.steps,
                         target_forwards: m.target_forwards,
                         draft_forwards: m.draft_forwards,
@@ -890,14 +948,16 @@ fn summarize(runs: &[RunRecord], categories: &[String]) -> Vec<Summary> {
                 continue;
             }
             let tps = mean(mine.iter().map(|r| r.tokens_per_second));
-            let plain_tps = plain_label.as_ref().map(|label| {
-                mean(
-                    runs.iter()
-                        .filter(|r| r.target == *target && r.method == *label)
-                        .filter(in_cat)
-                        .map(|r| r.tokens_per_second),
-                )
+            let plain: Option<Vec<&RunRecord>> = plain_label.as_ref().map(|label| {
+                runs.iter()
+                    .filter(|r| r.target == *target && r.method == *label)
+                    .filter(in_cat)
+                    .collect()
             });
+            let plain_tps = plain
+                .as_ref()
+                .map(|p| mean(p.iter().map(|r| r.tokens_per_second)));
+            let speedup = plain_tps.filter(|p| *p > 0.0).map(|p| tps / p);
             let sum = |f: fn(&RunRecord) -> u64| mine.iter().map(|r| f(r)).sum::<u64>();
             let (produced, forwards) = (sum(|r| r.produced), sum(|r| r.target_forwards));
             let (drafted, accepted) = (sum(|r| r.drafted), sum(|r| r.accepted));
@@ -919,6 +979,10 @@ fn summarize(runs: &[RunRecord], categories: &[String]) -> Vec<Summary> {
                     if d == 0 { 0.0 } else { a as f64 / d as f64 }
                 })
                 .collect();
+            let alpha = (drafted > 0).then(|| accepted as f64 / drafted as f64);
+            let draft_bound = plain
+                .as_deref()
+                .and_then(|plain| draft_bound(&mine, plain, alpha, speedup));
             out.push(Summary {
                 target: target.clone(),
                 method: method.clone(),
@@ -926,19 +990,84 @@ fn summarize(runs: &[RunRecord], categories: &[String]) -> Vec<Summary> {
                 runs: mine.len(),
                 new_tokens: mine.iter().map(|r| r.new_tokens as u64).sum(),
                 tokens_per_second: tps,
-                speedup: plain_tps.filter(|p| *p > 0.0).map(|p| tps / p),
+                speedup,
                 tau: (forwards > 0).then(|| produced as f64 / forwards as f64),
-                alpha: (drafted > 0).then(|| accepted as f64 / drafted as f64),
+                alpha,
                 acceptance_by_position,
                 mismatches: mine
                     .iter()
                     .filter(|r| r.matches_plain == Some(false))
                     .count(),
                 max_peak_rss_bytes: mine.iter().filter_map(|r| r.peak_rss_bytes).max(),
+                draft_bound,
             });
         }
     }
     out
+}
+
+/// The [`DraftBound`] of a draft-model method's runs `mine` (one method, one target), with
+/// `plain` the plain runs of the same target and prompts, `alpha` and `speedup` the summary's.
+/// `None` for methods without a draft model, or when something it needs was not measured
+/// (nothing drafted, no plain steps).
+fn draft_bound(
+    mine: &[&RunRecord],
+    plain: &[&RunRecord],
+    alpha: Option<f64>,
+    speedup: Option<f64>,
+) -> Option<DraftBound> {
+    let first = mine.first()?;
+    if !uses_draft_model(&first.method_name) {
+        return None;
+    }
+    let alpha = alpha?;
+    let total =
+        |runs: &[&RunRecord], f: fn(&RunRecord) -> f64| runs.iter().map(|r| f(r)).sum::<f64>();
+    let count =
+        |runs: &[&RunRecord], f: fn(&RunRecord) -> u64| runs.iter().map(|r| f(r)).sum::<u64>();
+    let (draft_forwards, steps) = (count(mine, |r| r.draft_forwards), count(mine, |r| r.steps));
+    let plain_steps = count(plain, |r| r.steps);
+    if draft_forwards == 0 || steps == 0 || plain_steps == 0 {
+        return None;
+    }
+    let draft_forward_seconds = total(mine, |r| r.draft_forward_seconds) / draft_forwards as f64;
+    let plain_step_seconds = total(plain, |r| r.step_seconds) / plain_steps as f64;
+    if plain_step_seconds <= 0.0 {
+        return None;
+    }
+    let k = match first.fixed_k {
+        Some(k) => k as f64,
+        None => count(mine, |r| r.drafted) as f64 / steps as f64,
+    };
+    let cost_ratio = draft_forward_seconds / plain_step_seconds;
+    let speedup_bound = speedup_bound(alpha, k, cost_ratio);
+    Some(DraftBound {
+        k,
+        draft_forward_seconds,
+        plain_step_seconds,
+        cost_ratio,
+        expected_tau: expected_tau(alpha, k),
+        speedup_bound,
+        achieved_over_bound: speedup.map(|s| s / speedup_bound),
+    })
+}
+
+/// `E[τ] = (1 − α^{K+1}) / (1 − α)`: the expected tokens of a step with `k` drafts each accepted
+/// independently with probability `alpha` (Leviathan et al. 2023, eq. 1); `k` may be fractional
+/// (the mean draft length of `k=auto`). `K + 1` at α = 1.
+fn expected_tau(alpha: f64, k: f64) -> f64 {
+    let alpha = alpha.clamp(0.0, 1.0);
+    if 1.0 - alpha < 1e-12 {
+        k + 1.0
+    } else {
+        (1.0 - alpha.powf(k + 1.0)) / (1.0 - alpha)
+    }
+}
+
+/// The expected speedup `E[τ] / (K·c + 1)` of `k` drafts whose step costs `c` target steps each
+/// (Leviathan et al. 2023, Theorem 3.8).
+fn speedup_bound(alpha: f64, k: f64, c: f64) -> f64 {
+    expected_tau(alpha, k) / (k * c + 1.0)
 }
 
 fn mean(values: impl Iterator<Item = f64>) -> f64 {
@@ -998,6 +1127,16 @@ fn render_markdown(report: &Report, categories: &[String]) -> String {
          target; τ = tokens per target forward; α = accepted ÷ drafted; tok/s includes prefill.\n",
         report.total_seconds
     );
+    if report.summaries.iter().any(|x| x.draft_bound.is_some()) {
+        let _ = writeln!(
+            s,
+            "Draft-model methods: K = the draft length (`k=auto`: mean drafted tokens per step); \
+             c = mean time of one draft-model step (forward and sampling) ÷ mean time of one \
+             plain decode step of the same target in this run; bound = E[τ] ÷ (K·c + 1) with \
+             E[τ] = (1 − α^(K+1)) ÷ (1 − α) (Leviathan et al. 2023, Theorem 3.8); achieved ÷ \
+             bound = speedup ÷ bound (the speedup includes prefill, the bound does not).\n"
+        );
+    }
 
     let _ = writeln!(s, "## Speedup by category\n");
     let _ = write!(s, "| target | method |");
@@ -1032,19 +1171,28 @@ fn render_markdown(report: &Report, categories: &[String]) -> String {
     let _ = writeln!(s, "\n## Details\n");
     let _ = writeln!(
         s,
-        "| target | method | category | speedup | τ | α | tok/s | mismatches | runs | peak RSS MiB |"
+        "| target | method | category | speedup | τ | α | K | c | bound | achieved ÷ bound | tok/s \
+         | mismatches | runs | peak RSS MiB |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(
+        s,
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
     for x in &report.summaries {
+        let bound = x.draft_bound.as_ref();
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {:.2} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {} | {} | {} |",
             x.target,
             x.method,
             x.category,
             x.speedup.map_or("–".into(), |v| format!("{v:.2}×")),
             opt(x.tau, 2),
             opt(x.alpha, 2),
+            opt(bound.map(|b| b.k), 2),
+            opt(bound.map(|b| b.cost_ratio), 3),
+            bound.map_or("–".into(), |b| format!("{:.2}×", b.speedup_bound)),
+            opt(bound.and_then(|b| b.achieved_over_bound), 2),
             x.tokens_per_second,
             if report.greedy && !x.method.starts_with("plain") {
                 x.mismatches.to_string()
@@ -1469,6 +1617,9 @@ mod tests {
             tokens_per_second: tps,
             draft_seconds: 0.0,
             target_seconds: 0.0,
+            draft_forward_seconds: 0.0,
+            step_seconds: 0.0,
+            fixed_k: None,
             steps: 0,
             target_forwards: 10 - accepted.iter().sum::<u64>(),
             draft_forwards: 0,
@@ -1519,6 +1670,189 @@ mod tests {
         assert!((plain.speedup.unwrap() - 1.0).abs() < 1e-9);
         assert_eq!(plain.tau, Some(1.0));
         assert_eq!(plain.alpha, None);
+    }
+
+    #[test]
+    fn the_bound_is_leviathans_expected_speedup() {
+        // α = 0.5, K = 2: E[τ] = 1 + 0.5 + 0.25 = 1.75; c = 0.25: bound = 1.75 / (2·0.25 + 1).
+        assert!((expected_tau(0.5, 2.0) - 1.75).abs() < 1e-12);
+        assert!((speedup_bound(0.5, 2.0, 0.25) - 1.75 / 1.5).abs() < 1e-12);
+        // Every draft accepted: K + 1 tokens a step; free drafts: the bound is E[τ] itself.
+        assert_eq!(expected_tau(1.0, 4.0), 5.0);
+        assert!((speedup_bound(0.8, 3.0, 0.0) - expected_tau(0.8, 3.0)).abs() < 1e-12);
+        // Nothing accepted: one token a step, slowed by the drafting.
+        assert!((speedup_bound(0.0, 4.0, 0.1) - 1.0 / 1.4).abs() < 1e-12);
+        // Whole K agrees with spec-sampling's sum (what `auto` maximizes); a mean K lies between.
+        for alpha in [0.0, 0.3, 0.75, 0.999] {
+            for k in 0..9 {
+                let sum = spec_sampling::expected_tokens(alpha, k);
+                assert!(
+                    (expected_tau(alpha, k as f64) - sum).abs() < 1e-9,
+                    "{alpha} {k}"
+                );
+            }
+            let mid = expected_tau(alpha, 2.5);
+            assert!(mid >= expected_tau(alpha, 2.0) && mid <= expected_tau(alpha, 3.0));
+        }
+    }
+
+    /// A draft-model run: `steps` steps, `forwards` draft forwards taking `seconds` in all.
+    fn draft_run(
+        mut r: RunRecord,
+        fixed_k: Option<usize>,
+        steps: u64,
+        forwards: u64,
+        seconds: f64,
+    ) -> RunRecord {
+        r.fixed_k = fixed_k;
+        r.steps = steps;
+        r.draft_forwards = forwards;
+        r.draft_forward_seconds = seconds;
+        r
+    }
+
+    /// A plain run of `steps` decode steps taking `seconds` in all.
+    fn plain_run(category: &str, tps: f64, steps: u64, seconds: f64) -> RunRecord {
+        let mut r = record("plain", category, tps, &[], &[]);
+        r.steps = steps;
+        r.step_seconds = seconds;
+        r
+    }
+
+    fn bound_runs() -> Vec<RunRecord> {
+        vec![
+            // Plain decode steps: (1 + 3 + 2) s over 30 steps, 0.2 s each (0.2 s in "a" too).
+            plain_run("a", 10.0, 10, 1.0),
+            plain_run("a", 20.0, 10, 3.0),
+            plain_run("b", 8.0, 10, 2.0),
+            // K = 2 over 4 steps: α = 4 / 8; 8 draft forwards of 0.05 s: c = 0.05 / 0.2.
+            draft_run(
+                record("sampling:k=2", "a", 21.0, &[4, 4], &[3, 1]),
+                Some(2),
+                4,
+                8,
+                0.4,
+            ),
+            // auto: 6 drafted in 4 steps, K = 1.5; α = 3 / 6; forwards of 0.1 s: c = 0.5.
+            draft_run(
+                record("sampling:k=auto", "a", 12.0, &[3, 2, 1], &[2, 1, 0]),
+                None,
+                4,
+                6,
+                0.6,
+            ),
+            // Not a draft-model method: no bound, even with forwards.
+            draft_run(record("pl", "a", 30.0, &[4], &[2]), None, 4, 4, 0.4),
+        ]
+    }
+
+    #[test]
+    fn draft_model_methods_get_the_measured_bound() {
+        let runs = bound_runs();
+        let cats = vec!["a".to_owned(), "b".to_owned()];
+        let s = summarize(&runs, &cats);
+        let get = |m: &str, c: &str| s.iter().find(|x| x.method == m && x.category == c).unwrap();
+        for c in ["a", "all"] {
+            let x = get("sampling:k=2", c);
+            let b = x.draft_bound.as_ref().unwrap();
+            assert_eq!(b.k, 2.0);
+            assert!((b.draft_forward_seconds - 0.05).abs() < 1e-12);
+            assert!((b.plain_step_seconds - 0.2).abs() < 1e-12, "{c}");
+            assert!((b.cost_ratio - 0.25).abs() < 1e-12);
+            assert!((b.expected_tau - 1.75).abs() < 1e-12);
+            assert!((b.speedup_bound - 1.75 / 1.5).abs() < 1e-12);
+            // Achieved: 21 tok/s ÷ plain's mean 15 tok/s in "a" (all: 38/3) = 1.4 in "a".
+            let achieved = x.speedup.unwrap();
+            assert!((b.achieved_over_bound.unwrap() - achieved / (1.75 / 1.5)).abs() < 1e-12);
+        }
+        assert!((get("sampling:k=2", "a").speedup.unwrap() - 1.4).abs() < 1e-12);
+
+        let b = get("sampling:k=auto", "a").draft_bound.clone().unwrap();
+        assert_eq!(b.k, 1.5);
+        assert!((b.cost_ratio - 0.5).abs() < 1e-12);
+        let tau = (1.0 - 0.5f64.powf(2.5)) / 0.5;
+        assert!((b.expected_tau - tau).abs() < 1e-12);
+        assert!((b.speedup_bound - tau / 1.75).abs() < 1e-12);
+
+        assert!(get("pl", "a").draft_bound.is_none());
+        assert!(get("plain", "all").draft_bound.is_none());
+        // A draft-model method with nothing drafted has no α, so no bound.
+        let mut idle = bound_runs();
+        idle.retain(|r| r.method_name == "plain" || r.method == "sampling:k=2");
+        idle[3].drafted = 0;
+        assert!(summarize(&idle, &cats)[3].draft_bound.is_none());
+    }
+
+    #[test]
+    fn the_details_table_shows_the_bound_for_draft_model_methods_only() {
+        let runs = bound_runs();
+        let categories = vec!["a".to_owned(), "b".to_owned()];
+        let report = Report {
+            schema_version: 1,
+            started_unix: 0,
+            started_utc: utc_stamp(0, false),
+            total_seconds: 1.0,
+            command: vec![],
+            machine: Machine {
+                cpu: "cpu".into(),
+                cores: 2,
+                memory_bytes: None,
+                os: "os".into(),
+                backend: "flex".into(),
+                gpu: None,
+            },
+            prompts_file: "p.jsonl".into(),
+            prompts: vec![],
+            temperature: 0.0,
+            seed: 0,
+            repeats: 1,
+            greedy: true,
+            memory_metric: "VmHWM",
+            skipped_methods: vec![],
+            models: vec![],
+            summaries: summarize(&runs, &categories),
+            mismatches: vec![],
+            runs,
+        };
+        let md = render_markdown(&report, &categories);
+        let row = |method: &str, category: &str| {
+            md.lines()
+                .find(|l| l.starts_with(&format!("| t | {method} | {category} |")))
+                .unwrap()
+                .to_owned()
+        };
+        // speedup | τ | α | K | c | bound | achieved ÷ bound | tok/s
+        assert!(
+            row("sampling:k=2", "a")
+                .contains("| 1.40× | 1.67 | 0.50 | 2.00 | 0.250 | 1.17× | 1.20 | 21.00 |"),
+            "{}",
+            row("sampling:k=2", "a")
+        );
+        assert!(row("sampling:k=auto", "a").contains("| 1.50 | 0.500 | 0.94× |"));
+        assert!(row("plain", "a").contains("| 1.00 | – | – | – | – | – | 15.00 |"));
+        assert!(row("pl", "a").contains("| 0.50 | – | – | – | – | 30.00 |"));
+        assert!(md.contains("bound = E[τ] ÷ (K·c + 1)"));
+        let json = serde_json::to_value(&report).unwrap();
+        let bound = &json["summaries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["method"] == "sampling:k=2" && x["category"] == "a")
+            .unwrap()["draft_bound"];
+        assert_eq!(bound["k"], 2.0);
+        assert!((bound["cost_ratio"].as_f64().unwrap() - 0.25).abs() < 1e-12);
+        assert!(json["summaries"][0]["draft_bound"].is_null());
+        assert_eq!(json["runs"][3]["fixed_k"], 2);
+        assert!(json["runs"][0]["step_seconds"].is_number());
+    }
+
+    #[test]
+    fn fixed_draft_lengths_come_from_the_method_spec() {
+        let k = |spec: &str| fixed_draft_length(&BenchMethod::parse(spec).unwrap());
+        assert_eq!(k("sampling:k=3"), Some(3));
+        assert_eq!(k("sampling"), Some(spec_sampling::DEFAULT_K));
+        assert_eq!(k("sampling:k=auto"), None);
+        assert_eq!(k("prompt-lookup:k=5"), None);
     }
 
     #[test]

@@ -128,6 +128,15 @@ pub struct SpecGeneration {
     pub draft_seconds: f64,
     /// Seconds spent in target forwards and verification.
     pub target_seconds: f64,
+    /// Seconds of the [`Drafter::draft`] calls that ran a draft model (returned
+    /// `draft_forwards > 0`): their forwards and the sampling of each drafted token, without the
+    /// drafter's `begin` (the draft's prefill) and `accepted`. Divided by
+    /// `metrics.draft_forwards`, the mean time of one draft-model step.
+    pub draft_forward_seconds: f64,
+    /// Seconds of the verification steps (`metrics.steps` of them: the target forward over the
+    /// step's tree and the verification), the prompt's prefill excluded. For plain decoding
+    /// (no drafts), divided by `metrics.steps`, the mean time of one decode step.
+    pub step_seconds: f64,
 }
 
 /// Generates after `prompt` with `drafter` proposing and `target` verifying. `on_tokens` sees
@@ -156,6 +165,7 @@ pub fn generate_speculative<B: Backend>(
     let mut cache = target.new_cache(capacity);
     let mut metrics = Metrics::default();
     let (mut draft_seconds, mut target_seconds) = (0.0, 0.0);
+    let (mut draft_forward_seconds, mut step_seconds) = (0.0, 0.0);
 
     // Everything but the last prompt token goes in now; the last one is the first step's root.
     let split = prompt.len() - 1;
@@ -186,7 +196,11 @@ pub fn generate_speculative<B: Backend>(
 
         let t = Instant::now();
         let draft = drafter.draft(&context, max_depth, &options.sampling, &mut rng)?;
-        draft_seconds += t.elapsed().as_secs_f64();
+        let elapsed = t.elapsed().as_secs_f64();
+        draft_seconds += elapsed;
+        if draft.draft_forwards > 0 {
+            draft_forward_seconds += elapsed;
+        }
         let tree = &draft.tree;
         if tree.max_depth() > max_depth || tree.token(ROOT) != *context.last().unwrap_or(&0) {
             return Err(EngineError::Drafter(format!(
@@ -200,7 +214,9 @@ pub fn generate_speculative<B: Backend>(
 
         let t = Instant::now();
         let verdict = step(target, &mut cache, &verifier, &draft, &mut rng)?;
-        target_seconds += t.elapsed().as_secs_f64();
+        let elapsed = t.elapsed().as_secs_f64();
+        target_seconds += elapsed;
+        step_seconds += elapsed;
         metrics.record_step(tree, &verdict);
         metrics.add_draft_forwards(draft.draft_forwards as u64);
 
@@ -248,6 +264,8 @@ pub fn generate_speculative<B: Backend>(
         metrics,
         draft_seconds,
         target_seconds,
+        draft_forward_seconds,
+        step_seconds,
     })
 }
 

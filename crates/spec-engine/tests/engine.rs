@@ -186,3 +186,55 @@ fn stop_tokens_and_limits() {
     assert_eq!(spec.tokens, plain.tokens[..spec.tokens.len()]);
     assert!(spec.tokens.len() <= 5);
 }
+
+/// A [`Scripted`] drafter that reports one draft-model forward per drafted token.
+struct Forwarding(Scripted);
+
+impl Drafter<B> for Forwarding {
+    fn name(&self) -> &str {
+        "forwarding"
+    }
+    fn begin(&mut self, prompt: &[u32]) -> Result<()> {
+        self.0.begin(prompt)
+    }
+    fn draft(
+        &mut self,
+        context: &[u32],
+        max_depth: usize,
+        sampling: &SamplingConfig,
+        rng: &mut SpecRng,
+    ) -> Result<Draft<B>> {
+        let mut draft = self.0.draft(context, max_depth, sampling, rng)?;
+        draft.draft_forwards = draft.tree.drafted();
+        Ok(draft)
+    }
+    fn accepted(&mut self, context: &[u32], tree: &TokenTree, verdict: &Verdict) -> Result<()> {
+        self.0.accepted(context, tree, verdict)
+    }
+}
+
+#[test]
+fn step_and_draft_forward_times_are_parts_of_the_totals() {
+    let m = model();
+    let options = GenerateOptions::new(20, SamplingConfig::greedy());
+    let plain = generate_speculative(&m, &mut NoDraft, &PROMPT, &options, &mut |_| {}).unwrap();
+    // No draft model ran; the steps are the target's time without the prefill.
+    assert_eq!(plain.draft_forward_seconds, 0.0);
+    assert_eq!(plain.metrics.steps, 20);
+    assert!(plain.step_seconds > 0.0 && plain.step_seconds < plain.target_seconds);
+
+    let mut drafter = Forwarding(Scripted {
+        script: plain.tokens.clone(),
+        prompt_len: 0,
+        k: 3,
+        corrupt_every: 4,
+        branch: false,
+        drafted: 0,
+    });
+    let spec = generate_speculative(&m, &mut drafter, &PROMPT, &options, &mut |_| {}).unwrap();
+    assert_eq!(spec.tokens, plain.tokens);
+    assert_eq!(spec.metrics.draft_forwards, spec.metrics.drafted);
+    assert!(spec.draft_forward_seconds > 0.0);
+    assert!(spec.draft_forward_seconds <= spec.draft_seconds);
+    assert!(spec.step_seconds > 0.0 && spec.step_seconds < spec.target_seconds);
+}
