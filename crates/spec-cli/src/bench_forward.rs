@@ -5,7 +5,7 @@
 //! a CPU both read every weight once, so forward(K + 1) ÷ forward(1) says whether verifying is
 //! as cheap as it should be. Runs on flex, where the skinny-kernel formats apply.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use burn::backend::Flex;
@@ -34,8 +34,8 @@ pub(crate) struct BenchForwardArgs {
     /// (burn's matmul everywhere, f32).
     #[arg(long, default_value = "f32")]
     weights: String,
-    /// Timed runs per point (the median is reported).
-    #[arg(long, default_value_t = 10)]
+    /// Timed rounds (each times every n once; medians are reported).
+    #[arg(long, default_value_t = 20)]
     reps: usize,
     /// KV-cache capacity in positions (default: just what the run needs).
     #[arg(long)]
@@ -52,6 +52,10 @@ struct ForwardReport {
     weights: String,
     /// Median milliseconds of one forward pass over `n` new tokens, keyed by `n`.
     forward_ms: std::collections::BTreeMap<String, f64>,
+    /// Median over the timed rounds of forward(n) ÷ forward(1) within the round, keyed by `n`:
+    /// the passes of one round run back to back, so the ratio holds on a machine whose speed
+    /// drifts between rounds (a shared one), where a ratio of medians may not.
+    forward_ratio: std::collections::BTreeMap<String, f64>,
     /// Greedy plain decoding, tokens after the first per second.
     decode_tokens_per_second: f64,
     /// Measured read bandwidth ÷ bytes of weights one token reads.
@@ -101,12 +105,14 @@ pub(crate) fn run(args: &BenchForwardArgs) -> Result<()> {
                 skinny_format: format,
             },
         )?;
+        let rounds = time_rounds(&model, &config, args.reps, args.capacity)?;
         let mut forward_ms = std::collections::BTreeMap::new();
-        for n in ROWS {
-            forward_ms.insert(
-                n.to_string(),
-                time_forward(&model, &config, n, args.reps, args.capacity)?,
-            );
+        let mut forward_ratio = std::collections::BTreeMap::new();
+        for (column, n) in ROWS.iter().enumerate() {
+            let ms = median(rounds.iter().map(|r| r[column]).collect());
+            let ratio = median(rounds.iter().map(|r| r[column] / r[0]).collect());
+            forward_ms.insert(n.to_string(), ms);
+            forward_ratio.insert(n.to_string(), ratio);
         }
         let prompt = context_tokens(&config);
         let mut options = GenerateOptions::new(DECODE_TOKENS, SamplingConfig::greedy());
@@ -117,6 +123,7 @@ pub(crate) fn run(args: &BenchForwardArgs) -> Result<()> {
             model: args.model.clone(),
             weights: name.to_owned(),
             forward_ms,
+            forward_ratio,
             decode_tokens_per_second: decode.stats.decode_tokens_per_second,
             bandwidth_bound_tokens_per_second: bandwidth / bytes,
             weight_bytes: bytes as u64,
@@ -125,10 +132,13 @@ pub(crate) fn run(args: &BenchForwardArgs) -> Result<()> {
         if args.json {
             println!("{}", serde_json::to_string(&report)?);
         } else {
-            let ms = |n: usize| report.forward_ms[&n.to_string()];
             let mut row = format!("| {name} |");
             for n in ROWS {
-                row.push_str(&format!(" {:.1} ms ({:.2}×) |", ms(n), ms(n) / ms(1)));
+                let key = n.to_string();
+                row.push_str(&format!(
+                    " {:.1} ms ({:.2}×) |",
+                    report.forward_ms[&key], report.forward_ratio[&key]
+                ));
             }
             row.push_str(&format!(
                 " {:.1} | {:.1} | {:.0}% |",
@@ -150,41 +160,48 @@ fn context_tokens(config: &ModelConfig) -> Vec<u32> {
         .collect()
 }
 
-/// Median milliseconds of a forward over `n` new tokens with logits for all of them, after a
-/// [`CONTEXT`]-token prefix, rolled back after each run.
-fn time_forward(
+/// Milliseconds of a forward over `n` new tokens (logits for all of them) after a
+/// [`CONTEXT`]-token prefix, for each `n` of [`ROWS`] in turn, rolled back after each: one row
+/// per timed round.
+fn time_rounds(
     model: &Transformer<Flex>,
     config: &ModelConfig,
-    n: usize,
     reps: usize,
     capacity: Option<usize>,
-) -> Result<f64> {
+) -> Result<Vec<Vec<f64>>> {
     let context = context_tokens(config);
     let mut cache = model.new_cache(capacity.unwrap_or(CONTEXT + ROWS[ROWS.len() - 1]));
     model.forward(
         ForwardRequest::tokens(&context).logits(LogitRows::None),
         &mut cache,
     )?;
-    let new = &context[..n];
-    let mut times: Vec<Duration> = Vec::with_capacity(reps);
-    // Two untimed runs warm the caches and the allocator.
-    for run in 0..reps + 2 {
-        let start = Instant::now();
-        let out = model.forward(
-            ForwardRequest::tokens(new).logits(LogitRows::All),
-            &mut cache,
-        )?;
-        // Reading the logits back makes sure the whole pass ran.
-        if let Some(logits) = out.logits {
-            let _ = logits.into_data();
+    let mut rounds = Vec::with_capacity(reps);
+    // Two untimed rounds warm the caches and the allocator.
+    for round in 0..reps + 2 {
+        let mut times = Vec::with_capacity(ROWS.len());
+        for n in ROWS {
+            let start = Instant::now();
+            let out = model.forward(
+                ForwardRequest::tokens(&context[..n]).logits(LogitRows::All),
+                &mut cache,
+            )?;
+            // Reading the logits back makes sure the whole pass ran.
+            if let Some(logits) = out.logits {
+                let _ = logits.into_data();
+            }
+            times.push(start.elapsed().as_secs_f64() * 1e3);
+            cache.truncate(CONTEXT);
         }
-        if run >= 2 {
-            times.push(start.elapsed());
+        if round >= 2 {
+            rounds.push(times);
         }
-        cache.truncate(CONTEXT);
     }
-    times.sort();
-    Ok(times[times.len() / 2].as_secs_f64() * 1e3)
+    Ok(rounds)
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 /// Bytes of every projection and the output head at `bytes_per_weight` (embedding lookups

@@ -12,7 +12,7 @@ mod imp {
     use pulp::x86::V3;
     use pulp::{NullaryFnOnce, Simd, cast, f32x8, i32x8, u32x8};
 
-    use crate::pack::{BLOCK, PackedMatrix, Storage};
+    use crate::pack::{BLOCK, PANEL, PackedMatrix, Storage};
 
     pub(crate) fn available() -> bool {
         V3::is_available()
@@ -24,23 +24,24 @@ mod imp {
         fn part(self, simd: V3, b: usize, j: usize) -> f32x8;
     }
 
+    /// A row's panel (its blocks interleaved with the panel's other rows) and its place in it.
     #[derive(Clone, Copy)]
-    struct F32Row<'a>(&'a [[f32x8; 4]]);
+    struct F32Row<'a>(&'a [[f32x8; 4]], usize);
 
     impl Row for F32Row<'_> {
         #[inline(always)]
         fn part(self, _simd: V3, b: usize, j: usize) -> f32x8 {
-            self.0[b][j]
+            self.0[b * PANEL + self.1][j]
         }
     }
 
     #[derive(Clone, Copy)]
-    struct Bf16Row<'a>(&'a [[u32x8; 2]]);
+    struct Bf16Row<'a>(&'a [[u32x8; 2]], usize);
 
     impl Row for Bf16Row<'_> {
         #[inline(always)]
         fn part(self, simd: V3, b: usize, j: usize) -> f32x8 {
-            let w = self.0[b][j / 2];
+            let w = self.0[b * PANEL + self.1][j / 2];
             // High halves are weights 0..8 of each 16-chunk, low halves 8..16.
             if j.is_multiple_of(2) {
                 cast(simd.and_u32x8(w, simd.splat_u32x8(0xFFFF_0000)))
@@ -54,12 +55,13 @@ mod imp {
     struct Q8Row<'a> {
         quants: &'a [i32x8],
         scales: &'a [f32],
+        lane: usize,
     }
 
     impl Row for Q8Row<'_> {
         #[inline(always)]
         fn part(self, simd: V3, b: usize, j: usize) -> f32x8 {
-            let w = self.quants[b];
+            let w = self.quants[b * PANEL + self.lane];
             // Byte j of every lane is the quant of weight 8j + lane: sign-extend it in place.
             let q = match j {
                 0 => simd.shr_const_i32x8::<24>(simd.shl_const_i32x8::<24>(w)),
@@ -67,7 +69,7 @@ mod imp {
                 2 => simd.shr_const_i32x8::<24>(simd.shl_const_i32x8::<8>(w)),
                 _ => simd.shr_const_i32x8::<24>(w),
             };
-            let scale = simd.splat_f32x8(self.scales[b]);
+            let scale = simd.splat_f32x8(self.scales[b * PANEL + self.lane]);
             simd.mul_f32x8(simd.convert_i32x8_to_f32x8(q), scale)
         }
     }
@@ -135,11 +137,11 @@ mod imp {
         }
     }
 
-    /// Weight rows `r..r + RR` against every row of `x`: tiles of 2 rows of `x`, then the
-    /// remaining one.
+    /// Weight rows `r..r + RR` against every row of `x`: tiles of `MX` (4 or 2) rows of `x`,
+    /// then 2 and 1 for the rest.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    fn run_rows<'x, W: Row, const RR: usize>(
+    fn run_rows<'x, W: Row, const RR: usize, const MX: usize>(
         simd: V3,
         row: &impl Fn(usize) -> W,
         r: usize,
@@ -150,6 +152,12 @@ mod imp {
         outs: &mut [&mut [f32]],
     ) {
         let mut i = 0;
+        if MX == 4 {
+            while i + 4 <= m {
+                run_tile::<W, RR, 4>(simd, row, r, col, i, x_row, blocks, outs);
+                i += 4;
+            }
+        }
         while i + 2 <= m {
             run_tile::<W, RR, 2>(simd, row, r, col, i, x_row, blocks, outs);
             i += 2;
@@ -159,8 +167,10 @@ mod imp {
         }
     }
 
-    /// Runs the tiles over weight rows `rows` for every row of `x`. One row of `x` (a decode
-    /// step) takes 8 weight rows a tile; more take 4, reused by 2 rows of `x` at once.
+    /// Runs the tiles over weight rows `rows` for every row of `x`: 4 weight rows × 1 or 2 rows
+    /// of `x` for up to three rows; from four rows on, 2 weight rows (one panel) × 4 rows of
+    /// `x`, so each widened weight vector serves four FMAs (8 accumulators, 4 vectors of `x` and
+    /// the weight fit in the 16 registers).
     #[inline(always)]
     fn sweep<W: Row>(
         simd: V3,
@@ -174,20 +184,27 @@ mod imp {
         let x_row = |i: usize| &x[i * blocks..(i + 1) * blocks];
         let start = rows.start;
         let mut r = rows.start;
-        if m == 1 {
-            while rows.end - r >= 8 {
-                run_tile::<W, 8, 1>(simd, &row, r, r - start, 0, &x_row, blocks, outs);
-                r += 8;
+        if m >= 4 {
+            while rows.end - r >= 2 {
+                run_rows::<W, 2, 4>(simd, &row, r, r - start, &x_row, blocks, m, outs);
+                r += 2;
             }
         }
         while rows.end - r >= 4 {
-            run_rows::<W, 4>(simd, &row, r, r - start, &x_row, blocks, m, outs);
+            run_rows::<W, 4, 2>(simd, &row, r, r - start, &x_row, blocks, m, outs);
             r += 4;
         }
         while r < rows.end {
-            run_rows::<W, 1>(simd, &row, r, r - start, &x_row, blocks, m, outs);
+            run_rows::<W, 1, 2>(simd, &row, r, r - start, &x_row, blocks, m, outs);
             r += 1;
         }
+    }
+
+    /// The blocks of the panel holding row `r` (`blocks` blocks a row, one unit each).
+    #[inline(always)]
+    fn panel<T>(all: &[T], r: usize, blocks: usize) -> &[T] {
+        let p = r / PANEL;
+        &all[p * blocks * PANEL..(p + 1) * blocks * PANEL]
     }
 
     struct Job<'a, 'b> {
@@ -215,22 +232,24 @@ mod imp {
             let kp = mat.padded_cols();
             let blocks = kp / BLOCK;
             let x: &[[f32x8; 4]] = cast_slice(x);
+
             match &mat.storage {
                 Storage::F32(w) => {
                     let w: &[[f32x8; 4]] = cast_slice(w);
-                    let row = |r: usize| F32Row(&w[r * blocks..(r + 1) * blocks]);
+                    let row = |r: usize| F32Row(panel(w, r, blocks), r % PANEL);
                     sweep(simd, row, rows, x, blocks, m, outs);
                 }
                 Storage::Bf16(w) => {
                     let w: &[[u32x8; 2]] = cast_slice(w);
-                    let row = |r: usize| Bf16Row(&w[r * blocks..(r + 1) * blocks]);
+                    let row = |r: usize| Bf16Row(panel(w, r, blocks), r % PANEL);
                     sweep(simd, row, rows, x, blocks, m, outs);
                 }
                 Storage::Q8_0 { quants, scales } => {
                     let quants: &[i32x8] = cast_slice(quants);
                     let row = |r: usize| Q8Row {
-                        quants: &quants[r * blocks..(r + 1) * blocks],
-                        scales: &scales[r * blocks..(r + 1) * blocks],
+                        quants: panel(quants, r, blocks),
+                        scales: panel(scales, r, blocks),
+                        lane: r % PANEL,
                     };
                     sweep(simd, row, rows, x, blocks, m, outs);
                 }

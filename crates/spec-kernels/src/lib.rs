@@ -9,7 +9,8 @@
 //! at load time, into a [`PackedMatrix`], and each call streams every weight row once for all `M`
 //! rows of `x`:
 //!
-//! - a register tile of 4 weight rows × 2 rows of `x` accumulates 8 dot products in 8-lane
+//! - a register tile (4 weight rows × 1 or 2 rows of `x` for up to three rows, 2 × 4 from four
+//!   rows on) accumulates up to 8 dot products in 8-lane
 //!   vectors (AVX2 + FMA through `pulp`, detected at run time; a scalar loop elsewhere), so each
 //!   weight loaded from memory is used `M` times;
 //! - the output rows are split into blocks run on rayon's pool (both cores of a small machine);
@@ -18,7 +19,10 @@
 //!   accumulated in f32, so the result equals the f32 product with the *stored* (rounded) weights,
 //!   which [`PackedMatrix::dequantize`] returns.
 //!
-//! Layouts (each row padded with zeros to a multiple of 32 columns):
+//! Layouts: each row is padded with zeros to a multiple of 32 columns (one block), and rows are
+//! stored in panels of 2, block by block (block `b` of rows `2p` and `2p + 1`, then block
+//! `b + 1`, …), so the weight rows a tile reads come from one or two sequential streams instead
+//! of one short stream per row; within a block:
 //! - f32: the row as is;
 //! - bf16: chunks of 16 weights in 8 `u32` words; word `l` holds weight `l` in its high half and
 //!   weight `8 + l` in its low half, so one 256-bit load gives two f32 vectors with a shift and

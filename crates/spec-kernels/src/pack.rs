@@ -12,6 +12,35 @@ use crate::{Exec, Isa, avx2, scalar};
 /// Every packed row is padded with zeros to a multiple of this many columns (the Q8_0 block).
 pub const BLOCK: usize = 32;
 
+/// Rows are stored in panels of this many, block by block: block `b` of rows `2p..2p + 2` lie
+/// next to each other, so a tile of whole panels reads one sequential stream (the hardware
+/// prefetcher follows it) instead of one short stream per row.
+pub(crate) const PANEL: usize = 2;
+
+/// Where block `b` of row `r` is stored, in blocks from the start (`blocks` a row).
+#[inline(always)]
+pub(crate) fn block_index(r: usize, b: usize, blocks: usize) -> usize {
+    ((r / PANEL) * blocks + b) * PANEL + r % PANEL
+}
+
+/// `row_major` (`rows` rows of `blocks` units of `unit` values) in panel order, the last panel
+/// padded with zero rows.
+fn to_panels<T: Copy + Default>(
+    row_major: &[T],
+    rows: usize,
+    blocks: usize,
+    unit: usize,
+) -> Vec<T> {
+    let mut out = vec![T::default(); rows.div_ceil(PANEL) * PANEL * blocks * unit];
+    for r in 0..rows {
+        for b in 0..blocks {
+            let (src, dst) = ((r * blocks + b) * unit, block_index(r, b, blocks) * unit);
+            out[dst..dst + unit].copy_from_slice(&row_major[src..src + unit]);
+        }
+    }
+    out
+}
+
 /// Below this many stored weights a product runs on the calling thread: splitting costs more
 /// than it saves.
 const PARALLEL_MIN_WEIGHTS: usize = 1 << 16;
@@ -68,7 +97,7 @@ impl FromStr for WeightFormat {
     }
 }
 
-/// The stored weights, row-major with `padded_cols` columns a row.
+/// The stored weights: `padded_cols` columns a row, rows in panels (see [`PANEL`]).
 #[derive(Debug, Clone)]
 pub(crate) enum Storage {
     F32(Vec<f32>),
@@ -129,7 +158,7 @@ impl PackedMatrix {
                 for row in &mut padded_rows {
                     out.extend_from_slice(&row);
                 }
-                Storage::F32(out)
+                Storage::F32(to_panels(&out, rows, padded_cols / BLOCK, BLOCK))
             }
             WeightFormat::Bf16 => {
                 let mut out = Vec::with_capacity(rows * padded_cols / 2);
@@ -142,7 +171,7 @@ impl PackedMatrix {
                         }
                     }
                 }
-                Storage::Bf16(out)
+                Storage::Bf16(to_panels(&out, rows, padded_cols / BLOCK, BLOCK / 2))
             }
             WeightFormat::Q8_0 => {
                 let mut quants = Vec::with_capacity(rows * padded_cols / 4);
@@ -160,7 +189,11 @@ impl PackedMatrix {
                         }
                     }
                 }
-                Storage::Q8_0 { quants, scales }
+                let blocks = padded_cols / BLOCK;
+                Storage::Q8_0 {
+                    quants: to_panels(&quants, rows, blocks, BLOCK / 4),
+                    scales: to_panels(&scales, rows, blocks, 1),
+                }
             }
         };
         Ok(Self {

@@ -2,32 +2,27 @@
 
 use std::ops::Range;
 
-use crate::pack::{BLOCK, PackedMatrix, Storage};
+use crate::pack::{BLOCK, PackedMatrix, Storage, block_index};
 
 /// Writes weight row `r` (all `padded_cols` of it) as f32 into `out`.
 pub(crate) fn dequantize_row(mat: &PackedMatrix, r: usize, out: &mut [f32]) {
-    let kp = mat.padded_cols();
-    match &mat.storage {
-        Storage::F32(w) => out.copy_from_slice(&w[r * kp..(r + 1) * kp]),
-        Storage::Bf16(w) => {
-            let words = &w[r * kp / 2..(r + 1) * kp / 2];
-            for (chunk, out) in words.chunks_exact(8).zip(out.chunks_exact_mut(16)) {
-                for (l, &word) in chunk.iter().enumerate() {
-                    out[l] = f32::from_bits(word & 0xFFFF_0000);
-                    out[8 + l] = f32::from_bits(word << 16);
+    let blocks = mat.padded_cols() / BLOCK;
+    for (b, out) in out.chunks_exact_mut(BLOCK).enumerate().take(blocks) {
+        let at = block_index(r, b, blocks);
+        match &mat.storage {
+            Storage::F32(w) => out.copy_from_slice(&w[at * BLOCK..(at + 1) * BLOCK]),
+            Storage::Bf16(w) => {
+                let words = &w[at * BLOCK / 2..(at + 1) * BLOCK / 2];
+                for (chunk, out) in words.chunks_exact(8).zip(out.chunks_exact_mut(16)) {
+                    for (l, &word) in chunk.iter().enumerate() {
+                        out[l] = f32::from_bits(word & 0xFFFF_0000);
+                        out[8 + l] = f32::from_bits(word << 16);
+                    }
                 }
             }
-        }
-        Storage::Q8_0 { quants, scales } => {
-            let blocks = kp / BLOCK;
-            let words = &quants[r * kp / 4..(r + 1) * kp / 4];
-            let scales = &scales[r * blocks..(r + 1) * blocks];
-            for ((block, &scale), out) in words
-                .chunks_exact(8)
-                .zip(scales)
-                .zip(out.chunks_exact_mut(BLOCK))
-            {
-                for (l, &word) in block.iter().enumerate() {
+            Storage::Q8_0 { quants, scales } => {
+                let scale = scales[at];
+                for (l, &word) in quants[at * 8..(at + 1) * 8].iter().enumerate() {
                     for j in 0..4 {
                         let q = (word << (24 - 8 * j)) >> 24;
                         out[8 * j + l] = q as f32 * scale;
