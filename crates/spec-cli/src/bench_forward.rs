@@ -215,18 +215,20 @@ fn weight_bytes(c: &ModelConfig, bytes_per_weight: f64) -> f64 {
 }
 
 /// Bytes per second that both cores read from a buffer far larger than the caches (best of
-/// three passes over 512 MiB).
+/// five passes over 512 MiB).
 fn read_bandwidth() -> f64 {
     use rayon::prelude::*;
+    /// Independent f32 lanes of the sum: eight AVX vectors, enough that the adds' latency does
+    /// not set the pace (two vectors did: the figure came out below what a decode step reads).
+    const LANES: usize = 64;
     let data = vec![1.0f32; 128 << 20];
     let mut best = 0.0f64;
-    for _ in 0..3 {
+    for _ in 0..5 {
         let start = Instant::now();
         let sum: f32 = data
             .par_chunks(1 << 16)
             .map(|c| {
-                // Sixteen independent lanes, so the sum vectorizes and the loads set the pace.
-                let lanes = c.chunks_exact(16).fold([0.0f32; 16], |mut acc, x| {
+                let lanes = c.chunks_exact(LANES).fold([0.0f32; LANES], |mut acc, x| {
                     for (a, x) in acc.iter_mut().zip(x) {
                         *a += x;
                     }
