@@ -190,7 +190,7 @@ fn backend_feature(args: &[String]) -> Result<Option<&'static str>> {
 }
 
 fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    Path::new(&crate::manifest_dir())
         .parent()
         .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
 }

@@ -103,7 +103,7 @@ fn test(no_wgpu: bool, no_models: bool) -> Result<()> {
 
 /// The Python packages of the reference checks (GGUF dequantization, tokenizer, forward pass).
 fn ensure_python_packages() -> Result<()> {
-    let requirements = Path::new(env!("CARGO_MANIFEST_DIR")).join("python-requirements.txt");
+    let requirements = Path::new(&manifest_dir()).join("python-requirements.txt");
     run(Command::new("python3")
         .args([
             "-m",
@@ -161,4 +161,13 @@ fn run(command: &mut Command) -> Result<()> {
         bail!("{command:?} failed with {status}");
     }
     Ok(())
+}
+
+/// This package's directory: cargo's run-time `CARGO_MANIFEST_DIR` when set, else the
+/// compile-time one. (A target directory shared with a checkout at another path may hold a
+/// binary built there, whose compile-time path points into that checkout.)
+pub(crate) fn manifest_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }

@@ -142,7 +142,7 @@ fn use_py_reader(model: &Path) -> bool {
 
 /// Runs the Python helper on all cases of one model; returns each case's values.
 fn python_reference(f: &GgufFile, model: &Path, cases: &[&Case<'_>], dir: &Path) -> Vec<Vec<f32>> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gguf_reference.py");
+    let script = Path::new(&manifest_dir()).join("tests/gguf_reference.py");
     let by_name = use_py_reader(model);
     let mut child = Command::new(python())
         .arg(&script)
@@ -294,4 +294,13 @@ fn dequantization_matches_python_gguf() {
         }
     }
     println!("{compared} comparisons");
+}
+
+/// This package's directory: cargo's run-time `CARGO_MANIFEST_DIR` when set, else the
+/// compile-time one. (A target directory shared with a checkout at another path may hold a
+/// binary built there, whose compile-time path points into that checkout.)
+fn manifest_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }

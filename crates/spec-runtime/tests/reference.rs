@@ -120,7 +120,7 @@ fn check_model(name: &str) {
 }
 
 fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/reference/numpy_reference.py")
+    Path::new(&manifest_dir()).join("tests/reference/numpy_reference.py")
 }
 
 #[test]
@@ -131,4 +131,13 @@ fn smollm2_matches_numpy() {
 #[test]
 fn qwen_0_5b_matches_numpy() {
     check_model("qwen2.5-coder-0.5b");
+}
+
+/// This package's directory: cargo's run-time `CARGO_MANIFEST_DIR` when set, else the
+/// compile-time one. (A target directory shared with a checkout at another path may hold a
+/// binary built there, whose compile-time path points into that checkout.)
+fn manifest_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }

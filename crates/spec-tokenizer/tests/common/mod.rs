@@ -40,7 +40,7 @@ pub fn model(name: &str) -> Option<PathBuf> {
 
 /// The crate's directory.
 pub fn crate_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    manifest_dir()
 }
 
 /// The strings every tokenizer comparison runs over.
@@ -76,4 +76,13 @@ pub fn run_python(script: &str, args: &[String]) -> serde_json::Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).expect("the script prints JSON")
+}
+
+/// This package's directory: cargo's run-time `CARGO_MANIFEST_DIR` when set, else the
+/// compile-time one. (A target directory shared with a checkout at another path may hold a
+/// binary built there, whose compile-time path points into that checkout.)
+fn manifest_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }
