@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 use spec_core::sampling::SamplingConfig;
 use spec_engine::{Drafter, generate_speculative};
 use spec_runtime::{GenerateOptions, StopReason, load::load_model};
-use spec_sampling::DraftLength;
+use spec_sampling::{DraftLength, expected_tokens_at, speedup_bound};
 use spec_tokenizer::{Message, TextTokenizer};
 
 use crate::methods::BenchMethod;
@@ -1046,28 +1046,10 @@ fn draft_bound(
         draft_forward_seconds,
         plain_step_seconds,
         cost_ratio,
-        expected_tau: expected_tau(alpha, k),
+        expected_tau: expected_tokens_at(alpha, k),
         speedup_bound,
         achieved_over_bound: speedup.map(|s| s / speedup_bound),
     })
-}
-
-/// `E[τ] = (1 − α^{K+1}) / (1 − α)`: the expected tokens of a step with `k` drafts each accepted
-/// independently with probability `alpha` (Leviathan et al. 2023, eq. 1); `k` may be fractional
-/// (the mean draft length of `k=auto`). `K + 1` at α = 1.
-fn expected_tau(alpha: f64, k: f64) -> f64 {
-    let alpha = alpha.clamp(0.0, 1.0);
-    if 1.0 - alpha < 1e-12 {
-        k + 1.0
-    } else {
-        (1.0 - alpha.powf(k + 1.0)) / (1.0 - alpha)
-    }
-}
-
-/// The expected speedup `E[τ] / (K·c + 1)` of `k` drafts whose step costs `c` target steps each
-/// (Leviathan et al. 2023, Theorem 3.8).
-fn speedup_bound(alpha: f64, k: f64, c: f64) -> f64 {
-    expected_tau(alpha, k) / (k * c + 1.0)
 }
 
 fn mean(values: impl Iterator<Item = f64>) -> f64 {
@@ -1670,30 +1652,6 @@ mod tests {
         assert!((plain.speedup.unwrap() - 1.0).abs() < 1e-9);
         assert_eq!(plain.tau, Some(1.0));
         assert_eq!(plain.alpha, None);
-    }
-
-    #[test]
-    fn the_bound_is_leviathans_expected_speedup() {
-        // α = 0.5, K = 2: E[τ] = 1 + 0.5 + 0.25 = 1.75; c = 0.25: bound = 1.75 / (2·0.25 + 1).
-        assert!((expected_tau(0.5, 2.0) - 1.75).abs() < 1e-12);
-        assert!((speedup_bound(0.5, 2.0, 0.25) - 1.75 / 1.5).abs() < 1e-12);
-        // Every draft accepted: K + 1 tokens a step; free drafts: the bound is E[τ] itself.
-        assert_eq!(expected_tau(1.0, 4.0), 5.0);
-        assert!((speedup_bound(0.8, 3.0, 0.0) - expected_tau(0.8, 3.0)).abs() < 1e-12);
-        // Nothing accepted: one token a step, slowed by the drafting.
-        assert!((speedup_bound(0.0, 4.0, 0.1) - 1.0 / 1.4).abs() < 1e-12);
-        // Whole K agrees with spec-sampling's sum (what `auto` maximizes); a mean K lies between.
-        for alpha in [0.0, 0.3, 0.75, 0.999] {
-            for k in 0..9 {
-                let sum = spec_sampling::expected_tokens(alpha, k);
-                assert!(
-                    (expected_tau(alpha, k as f64) - sum).abs() < 1e-9,
-                    "{alpha} {k}"
-                );
-            }
-            let mid = expected_tau(alpha, 2.5);
-            assert!(mid >= expected_tau(alpha, 2.0) && mid <= expected_tau(alpha, 3.0));
-        }
     }
 
     /// A draft-model run: `steps` steps, `forwards` draft forwards taking `seconds` in all.

@@ -83,6 +83,23 @@ pub fn expected_tokens(alpha: f64, k: usize) -> f64 {
     total
 }
 
+/// [`expected_tokens`] for a draft length that may be fractional (a mean, e.g. what `auto`
+/// drafted on average), in the closed form `(1 − α^{k+1}) / (1 − α)`; `k + 1` at `α = 1`.
+pub fn expected_tokens_at(alpha: f64, k: f64) -> f64 {
+    let alpha = alpha.clamp(0.0, 1.0);
+    if 1.0 - alpha < 1e-12 {
+        k + 1.0
+    } else {
+        (1.0 - alpha.powf(k + 1.0)) / (1.0 - alpha)
+    }
+}
+
+/// The expected speed-up `E[τ] / (K·c + 1)` of `k` drafts (fractional allowed) whose draft step
+/// costs `c` target steps (Leviathan et al. 2023, Theorem 3.8).
+pub fn speedup_bound(alpha: f64, k: f64, c: f64) -> f64 {
+    expected_tokens_at(alpha, k) / (k * c + 1.0)
+}
+
 /// The `K ∈ 1..=k_max` that maximizes the expected speed-up `E[τ](α, K) / (K·c + 1)`, where `c` is
 /// the cost of one draft token relative to one target step. Ties go to the shorter draft.
 pub fn best_length(alpha: f64, c: f64, k_max: usize) -> usize {
@@ -205,6 +222,30 @@ impl AutoLength {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_bound_is_leviathans_expected_speedup() {
+        // α = 0.5, K = 2: E[τ] = 1 + 0.5 + 0.25 = 1.75; c = 0.25: bound = 1.75 / (2·0.25 + 1).
+        assert!((expected_tokens_at(0.5, 2.0) - 1.75).abs() < 1e-12);
+        assert!((speedup_bound(0.5, 2.0, 0.25) - 1.75 / 1.5).abs() < 1e-12);
+        // Every draft accepted: K + 1 tokens a step; free drafts: the bound is E[τ] itself.
+        assert_eq!(expected_tokens_at(1.0, 4.0), 5.0);
+        assert!((speedup_bound(0.8, 3.0, 0.0) - expected_tokens_at(0.8, 3.0)).abs() < 1e-12);
+        // Nothing accepted: one token a step, slowed by the drafting.
+        assert!((speedup_bound(0.0, 4.0, 0.1) - 1.0 / 1.4).abs() < 1e-12);
+        // Whole K agrees with spec-sampling's sum (what `auto` maximizes); a mean K lies between.
+        for alpha in [0.0, 0.3, 0.75, 0.999] {
+            for k in 0..9 {
+                let sum = expected_tokens(alpha, k);
+                assert!(
+                    (expected_tokens_at(alpha, k as f64) - sum).abs() < 1e-9,
+                    "{alpha} {k}"
+                );
+            }
+            let mid = expected_tokens_at(alpha, 2.5);
+            assert!(mid >= expected_tokens_at(alpha, 2.0) && mid <= expected_tokens_at(alpha, 3.0));
+        }
+    }
 
     #[test]
     fn expected_tokens_matches_the_closed_form() {

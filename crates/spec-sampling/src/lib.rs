@@ -54,5 +54,8 @@ mod vocab;
 
 pub use drafter::{DraftModelDrafter, Estimates, INITIAL_CACHE_POSITIONS};
 pub use error::{Result, SamplingError};
-pub use length::{AutoLength, DEFAULT_K, DEFAULT_K_MAX, DraftLength, best_length, expected_tokens};
+pub use length::{
+    AutoLength, DEFAULT_K, DEFAULT_K_MAX, DraftLength, best_length, expected_tokens,
+    expected_tokens_at, speedup_bound,
+};
 pub use vocab::check_vocabularies;
