@@ -23,22 +23,13 @@ pub(crate) fn block_index(r: usize, b: usize, blocks: usize) -> usize {
     ((r / PANEL) * blocks + b) * PANEL + r % PANEL
 }
 
-/// `row_major` (`rows` rows of `blocks` units of `unit` values) in panel order, the last panel
-/// padded with zero rows.
-fn to_panels<T: Copy + Default>(
-    row_major: &[T],
-    rows: usize,
-    blocks: usize,
-    unit: usize,
-) -> Vec<T> {
-    let mut out = vec![T::default(); rows.div_ceil(PANEL) * PANEL * blocks * unit];
-    for r in 0..rows {
-        for b in 0..blocks {
-            let (src, dst) = ((r * blocks + b) * unit, block_index(r, b, blocks) * unit);
-            out[dst..dst + unit].copy_from_slice(&row_major[src..src + unit]);
-        }
+/// Writes row `r`'s `blocks` units of `unit` values (`row`, in order) to their places in the
+/// panel-ordered `out`.
+fn place_row<T: Copy>(out: &mut [T], r: usize, row: &[T], blocks: usize, unit: usize) {
+    for (b, values) in row.chunks_exact(unit).enumerate().take(blocks) {
+        let at = block_index(r, b, blocks) * unit;
+        out[at..at + unit].copy_from_slice(values);
     }
-    out
 }
 
 /// Below this many stored weights a product runs on the calling thread: splitting costs more
@@ -146,54 +137,62 @@ impl PackedMatrix {
             });
         }
         let padded_cols = cols.div_ceil(BLOCK) * BLOCK;
-        // One padded row at a time, so every format sees whole blocks.
-        let mut row_buf = vec![0.0f32; padded_cols];
-        let mut padded_rows = (0..rows).map(|r| {
-            row_buf[..cols].copy_from_slice(&weights[r * cols..(r + 1) * cols]);
-            row_buf.clone()
-        });
+        let blocks = padded_cols / BLOCK;
+        let panel_rows = rows.div_ceil(PANEL) * PANEL;
+        // One padded row at a time, so every format sees whole blocks; each encoded row goes
+        // straight to its places in the panels.
+        let mut row = vec![0.0f32; padded_cols];
+        let mut padded_row = move |r: usize| -> Vec<f32> {
+            row[..cols].copy_from_slice(&weights[r * cols..(r + 1) * cols]);
+            row.clone()
+        };
         let storage = match format {
             WeightFormat::F32 => {
-                let mut out = Vec::with_capacity(rows * padded_cols);
-                for row in &mut padded_rows {
-                    out.extend_from_slice(&row);
+                let mut out = vec![0.0f32; panel_rows * padded_cols];
+                for r in 0..rows {
+                    place_row(&mut out, r, &padded_row(r), blocks, BLOCK);
                 }
-                Storage::F32(to_panels(&out, rows, padded_cols / BLOCK, BLOCK))
+                Storage::F32(out)
             }
             WeightFormat::Bf16 => {
-                let mut out = Vec::with_capacity(rows * padded_cols / 2);
-                for row in &mut padded_rows {
-                    for chunk in row.chunks_exact(16) {
+                let mut out = vec![0u32; panel_rows * padded_cols / 2];
+                let mut words = Vec::with_capacity(padded_cols / 2);
+                for r in 0..rows {
+                    words.clear();
+                    for chunk in padded_row(r).chunks_exact(16) {
                         for l in 0..8 {
                             let hi = u32::from(bf16::from_f32(chunk[l]).to_bits());
                             let lo = u32::from(bf16::from_f32(chunk[8 + l]).to_bits());
-                            out.push((hi << 16) | lo);
+                            words.push((hi << 16) | lo);
                         }
                     }
+                    place_row(&mut out, r, &words, blocks, BLOCK / 2);
                 }
-                Storage::Bf16(to_panels(&out, rows, padded_cols / BLOCK, BLOCK / 2))
+                Storage::Bf16(out)
             }
             WeightFormat::Q8_0 => {
-                let mut quants = Vec::with_capacity(rows * padded_cols / 4);
-                let mut scales = Vec::with_capacity(rows * padded_cols / BLOCK);
-                for row in &mut padded_rows {
-                    for block in row.chunks_exact(BLOCK) {
+                let mut quants = vec![0i32; panel_rows * padded_cols / 4];
+                let mut scales = vec![0.0f32; panel_rows * blocks];
+                let mut row_quants = Vec::with_capacity(padded_cols / 4);
+                let mut row_scales = Vec::with_capacity(blocks);
+                for r in 0..rows {
+                    row_quants.clear();
+                    row_scales.clear();
+                    for block in padded_row(r).chunks_exact(BLOCK) {
                         let (scale, q) = quantize_block(block);
-                        scales.push(scale);
+                        row_scales.push(scale);
                         for l in 0..8 {
                             let mut word = 0u32;
                             for j in 0..4 {
                                 word |= u32::from(q[8 * j + l] as u8) << (8 * j);
                             }
-                            quants.push(word as i32);
+                            row_quants.push(word as i32);
                         }
                     }
+                    place_row(&mut quants, r, &row_quants, blocks, BLOCK / 4);
+                    place_row(&mut scales, r, &row_scales, blocks, 1);
                 }
-                let blocks = padded_cols / BLOCK;
-                Storage::Q8_0 {
-                    quants: to_panels(&quants, rows, blocks, BLOCK / 4),
-                    scales: to_panels(&scales, rows, blocks, 1),
-                }
+                Storage::Q8_0 { quants, scales }
             }
         };
         Ok(Self {
