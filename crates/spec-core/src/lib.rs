@@ -1,5 +1,6 @@
 //! Exact acceptance math for speculative decoding.
 pub mod error;
+pub mod length;
 pub mod metrics;
 pub mod reference;
 pub mod rng;

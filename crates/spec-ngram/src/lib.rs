@@ -22,6 +22,23 @@
 //! [`DEFAULT_NGRAM_MAX`] / [`DEFAULT_NGRAM_MIN`]; chosen from the measurements in
 //! `docs/benchmarks.md`, section "N-gram drafting (issue 6)").
 //!
+//! ## Adaptive length (`--k auto`, [`PromptLookupConfig::adaptive`])
+//! A proposal costs nothing to make, but verifying it does: on a CPU a step that scores `w`
+//! tokens costs `r(w) ≈ 1 + s·(w − 1)` decode steps. With `α_n` the acceptance rate of drafts
+//! from matches of size `n`, a match with `m` continuation tokens drafts
+//!
+//! ```text
+//! K = argmax_{K ∈ 0..=min(m, k)}  E[τ](α_n, K) / r(K + 1),   E[τ] = (1 − α^{K+1}) / (1 − α)
+//! ```
+//!
+//! (Leviathan et al. 2023, eq. 1 and section 3.4, with the verification's width as the cost
+//! instead of a draft model's; `spec_core::length`). `K = 0` is a plain step. `α_n` counts
+//! accepted and tested drafts with decay; a match that was not proposed still yields a trial,
+//! since a point mass on `x` is accepted with probability `p(x)`, which is the probability that
+//! the step outputs `x`: comparing `x` with the step's token is an exact, free test. The slope
+//! `s` is fitted to the request's own step times by width (`spec_core::length::WidthCosts`).
+//! The choice depends only on earlier steps, so the output law is unchanged.
+//!
 //! # Bigram draft model ([`BigramModel`], [`BigramDrafter`])
 //! A token bigram model over a corpus tokenized with the target's tokenizer, smoothed by
 //! interpolated Witten–Bell with an add-one unigram:
@@ -56,6 +73,6 @@ pub use bigram::{BigramCounts, BigramModel};
 pub use bigram_drafter::{BigramDrafter, DEFAULT_BIGRAM_K};
 pub use error::{NgramError, Result};
 pub use lookup::{
-    DEFAULT_LOOKUP_K, DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN, LookupMatch, NgramIndex, PromptLookup,
-    PromptLookupConfig,
+    DEFAULT_LOOKUP_K, DEFAULT_LOOKUP_K_MAX, DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN, LookupMatch,
+    NgramIndex, PromptLookup, PromptLookupConfig,
 };

@@ -1,8 +1,10 @@
 //! Prompt lookup: an incremental n-gram index and the drafter built on it.
 
 use std::collections::HashMap;
+use std::time::Instant;
 
 use burn::tensor::backend::Backend;
+use spec_core::length::{AcceptanceRate, WidthCosts, best_length_by};
 use spec_core::rng::SpecRng;
 use spec_core::sampling::SamplingConfig;
 use spec_core::tree::TokenTree;
@@ -11,7 +13,8 @@ use spec_engine::{Draft, Drafter};
 
 use crate::error::{NgramError, Result};
 
-/// Default draft length of prompt lookup. With a verification pass of K + 1 tokens costing
+/// Default fixed draft length of prompt lookup (the default is the adaptive length, up to
+/// [`DEFAULT_LOOKUP_K_MAX`]). With a verification pass of K + 1 tokens costing
 /// 1.4–2× a decode step on a CPU, short drafts from matches of two tokens or more measured best
 /// (docs/benchmarks.md, "N-gram drafting (issue 6)": 1.09× overall vs 0.95× for K 5 from one-token
 /// matches).
@@ -21,6 +24,12 @@ pub const DEFAULT_NGRAM_MAX: usize = 3;
 /// Default shortest n-gram matched: a single matching token predicts too little (α 0.15 vs 0.44
 /// from two-token matches in the measurement above).
 pub const DEFAULT_NGRAM_MIN: usize = 2;
+/// Default longest draft of the adaptive length ([`PromptLookupConfig::adaptive`]).
+pub const DEFAULT_LOOKUP_K_MAX: usize = 8;
+/// Memory of the acceptance estimates of the adaptive length: counts keep this weight per step
+/// (~20 steps), so the prior's floor on `α` (~1/22) lies below the break-even of a one-token
+/// draft at the prior cost slope (0.1).
+const ACCEPTANCE_DECAY: f64 = 0.95;
 /// Largest n-gram size accepted (keeps per-token hashing cheap).
 const NGRAM_LIMIT: usize = 16;
 
@@ -164,23 +173,65 @@ pub struct PromptLookupConfig {
     pub k: usize,
     pub ngram_max: usize,
     pub ngram_min: usize,
+    /// Choose each step's length in `0..=k` from the run's acceptance and step-cost estimates
+    /// (see the crate docs); otherwise every match drafts up to `k` tokens.
+    pub adaptive: bool,
 }
 
+/// The adaptive length up to [`DEFAULT_LOOKUP_K_MAX`] drafts.
 impl Default for PromptLookupConfig {
     fn default() -> Self {
+        Self::adaptive()
+    }
+}
+
+impl PromptLookupConfig {
+    /// The adaptive length, up to [`DEFAULT_LOOKUP_K_MAX`] drafts.
+    pub fn adaptive() -> Self {
         Self {
-            k: DEFAULT_LOOKUP_K,
+            k: DEFAULT_LOOKUP_K_MAX,
             ngram_max: DEFAULT_NGRAM_MAX,
             ngram_min: DEFAULT_NGRAM_MIN,
+            adaptive: true,
         }
     }
+
+    /// Every match drafts up to `k` tokens.
+    pub fn fixed(k: usize) -> Self {
+        Self {
+            k,
+            adaptive: false,
+            ..Self::adaptive()
+        }
+    }
+}
+
+/// What the drafter remembers of the step in flight, to learn from its outcome.
+#[derive(Debug, Clone, Copy)]
+struct PendingStep {
+    /// The size of the n-gram that matched, if one did.
+    n: Option<usize>,
+    /// Drafts proposed.
+    drafted: usize,
+    /// The match's first continuation token when it was not proposed (length 0 chosen): scored
+    /// against the step's output, it is a trial of `α` that cost nothing.
+    shadow: Option<u32>,
+    /// The context length when drafting (the step's first output lands at this index).
+    context_len: usize,
+    /// When [`Drafter::draft`] returned: the step's time runs from here to `accepted`.
+    returned: Instant,
 }
 
 /// The prompt lookup drafter (see the crate docs for the rule).
 #[derive(Debug, Clone)]
 pub struct PromptLookup {
     k: usize,
+    adaptive: bool,
     index: NgramIndex,
+    /// `acceptance[n - ngram_min]`: α of drafts from matches of size `n`.
+    acceptance: Vec<AcceptanceRate>,
+    costs: WidthCosts,
+    pending: Option<PendingStep>,
 }
 
 impl PromptLookup {
@@ -189,10 +240,41 @@ impl PromptLookup {
         if config.k == 0 {
             return Err(NgramError::InvalidK(config.k));
         }
+        let index = NgramIndex::new(config.ngram_min, config.ngram_max)?;
         Ok(Self {
             k: config.k,
-            index: NgramIndex::new(config.ngram_min, config.ngram_max)?,
+            adaptive: config.adaptive,
+            index,
+            acceptance: vec![
+                AcceptanceRate::with_decay(ACCEPTANCE_DECAY);
+                config.ngram_max - config.ngram_min + 1
+            ],
+            costs: WidthCosts::default(),
+            pending: None,
         })
+    }
+
+    /// The running acceptance rate of drafts from matches of size `n` (`None` outside
+    /// `ngram_min..=ngram_max`).
+    pub fn alpha(&self, n: usize) -> Option<f64> {
+        let i = n.checked_sub(self.index.n_min)?;
+        self.acceptance.get(i).map(AcceptanceRate::alpha)
+    }
+
+    /// The measured step costs by width.
+    pub fn width_costs(&self) -> &WidthCosts {
+        &self.costs
+    }
+
+    /// How many of `available` continuation tokens of a size-`n` match to propose: all of them
+    /// (up to `k`) when fixed; when adaptive the `K ∈ 0..=available` maximizing
+    /// `E[τ](α_n, K) / r(K + 1)`.
+    fn length(&self, n: usize, available: usize) -> usize {
+        if !self.adaptive {
+            return available;
+        }
+        let alpha = self.alpha(n).unwrap_or(0.5);
+        best_length_by(alpha, 0, available, |k| self.costs.relative(k + 1))
     }
 
     /// The index over the current request's tokens.
@@ -202,11 +284,24 @@ impl PromptLookup {
 
     /// The tokens this drafter proposes after `context`, at most `max_depth` of them.
     pub fn propose(&mut self, context: &[u32], max_depth: usize) -> &[u32] {
-        self.index.sync(context);
-        match self.index.find() {
-            Some(m) => self.index.continuation(m.start, self.k.min(max_depth)),
+        let (m, k) = self.plan(context, max_depth);
+        match m {
+            Some(m) => self.index.continuation(m.start, k),
             None => &[],
         }
+    }
+
+    /// The match after `context` and the draft length for it.
+    fn plan(&mut self, context: &[u32], max_depth: usize) -> (Option<LookupMatch>, usize) {
+        self.index.sync(context);
+        let Some(m) = self.index.find() else {
+            return (None, 0);
+        };
+        let available = self
+            .index
+            .continuation(m.start, self.k.min(max_depth))
+            .len();
+        (Some(m), self.length(m.n, available))
     }
 }
 
@@ -218,6 +313,12 @@ impl<B: Backend> Drafter<B> for PromptLookup {
     fn begin(&mut self, prompt: &[u32]) -> spec_engine::Result<()> {
         self.index.clear();
         self.index.extend(prompt);
+        self.pending = None;
+        // Acceptance is a property of the text; the step costs of the machine and model carry
+        // over from earlier requests.
+        self.acceptance
+            .iter_mut()
+            .for_each(|a| *a = AcceptanceRate::with_decay(ACCEPTANCE_DECAY));
         Ok(())
     }
 
@@ -233,9 +334,31 @@ impl<B: Backend> Drafter<B> for PromptLookup {
                 "prompt lookup was asked to draft after an empty context".into(),
             ));
         };
-        let drafted = self.propose(context, max_depth);
+        let (m, k) = self.plan(context, max_depth);
+        let (tree, shadow) = match m {
+            Some(m) => {
+                let continuation = self.index.continuation(m.start, k + 1);
+                let shadow = if k == 0 {
+                    continuation.first().copied()
+                } else {
+                    None
+                };
+                (
+                    TokenTree::chain(root, &continuation[..k.min(continuation.len())]),
+                    shadow,
+                )
+            }
+            None => (TokenTree::new(root), None),
+        };
+        self.pending = Some(PendingStep {
+            n: m.map(|m| m.n),
+            drafted: tree.drafted(),
+            shadow,
+            context_len: context.len(),
+            returned: Instant::now(),
+        });
         Ok(Draft {
-            tree: TokenTree::chain(root, drafted),
+            tree,
             proposal: Proposal::Deterministic,
             draft_forwards: 0,
         })
@@ -245,8 +368,26 @@ impl<B: Backend> Drafter<B> for PromptLookup {
         &mut self,
         context: &[u32],
         _tree: &TokenTree,
-        _verdict: &Verdict,
+        verdict: &Verdict,
     ) -> spec_engine::Result<()> {
+        if let Some(step) = self.pending.take() {
+            self.costs
+                .record(step.drafted + 1, step.returned.elapsed().as_secs_f64());
+            if let Some(rate) = step
+                .n
+                .and_then(|n| self.acceptance.get_mut(n - self.index.n_min))
+            {
+                if step.drafted > 0 {
+                    rate.record_chain(step.drafted, verdict.accepted.len());
+                } else if let (Some(shadow), Some(&produced)) =
+                    (step.shadow, context.get(step.context_len))
+                {
+                    // A point-mass draft x is accepted with probability p(x), the probability
+                    // that the step outputs x: the comparison is an exact trial.
+                    rate.record_trial(produced == shadow);
+                }
+            }
+        }
         self.index.sync(context);
         Ok(())
     }
@@ -354,11 +495,105 @@ mod tests {
             k: 3,
             ngram_max: 2,
             ngram_min: 1,
+            adaptive: false,
         })
         .unwrap();
         let context = [1, 2, 3, 4, 5, 6, 1, 2];
         assert_eq!(lookup.propose(&context, 10), &[3, 4, 5]);
         assert_eq!(lookup.propose(&context, 1), &[3]);
         assert!(lookup.propose(&context, 0).is_empty());
+    }
+
+    /// One engine step against a scripted target whose next token after a prefix is `truth`:
+    /// drafts are accepted while they equal it (greedy verification of point masses). Returns
+    /// (drafted, accepted).
+    fn scripted_step(
+        lookup: &mut PromptLookup,
+        context: &mut Vec<u32>,
+        truth: &dyn Fn(&[u32]) -> u32,
+    ) -> (usize, usize) {
+        type B = burn::backend::Flex;
+        let sampling = SamplingConfig::greedy();
+        let mut rng = SpecRng::new(0);
+        // Step costs of this unit test are microseconds of noise: keep the prior slope.
+        lookup.costs = WidthCosts::default();
+        let draft = Drafter::<B>::draft(lookup, context, 16, &sampling, &mut rng).unwrap();
+        let tree = draft.tree;
+        let drafts = &tree.tokens()[1..];
+        let mut accepted = Vec::new();
+        for (i, &d) in drafts.iter().enumerate() {
+            if d != truth(context) {
+                break;
+            }
+            context.push(d);
+            accepted.push(i + 1);
+        }
+        let verdict = Verdict {
+            next_token: truth(context),
+            accepted,
+        };
+        context.push(verdict.next_token);
+        Drafter::<B>::accepted(lookup, context, &tree, &verdict).unwrap();
+        (tree.drafted(), verdict.accepted.len())
+    }
+
+    #[test]
+    fn adaptive_length_stops_on_bad_matches_and_resumes_on_good_ones() {
+        let mut lookup = PromptLookup::new(PromptLookupConfig {
+            k: 4,
+            ngram_max: 2,
+            ngram_min: 2,
+            adaptive: true,
+        })
+        .unwrap();
+        let mut context = vec![1, 2, 99, 1, 2, 98, 1];
+        Drafter::<burn::backend::Flex>::begin(&mut lookup, &context).unwrap();
+        // Phase 1: "1 2" is always followed by a new token, so every match is wrong.
+        let fresh = |c: &[u32]| -> u32 {
+            match c.last() {
+                Some(1) => 2,
+                Some(2) => 100 + c.len() as u32,
+                _ => 1,
+            }
+        };
+        let mut phase1 = Vec::new();
+        for _ in 0..90 {
+            phase1.push(scripted_step(&mut lookup, &mut context, &fresh));
+        }
+        assert!(phase1[..6].iter().any(|&(d, _)| d > 0), "{phase1:?}");
+        assert!(phase1.iter().all(|&(_, a)| a == 0));
+        // Once α has decayed below break-even, no more drafts.
+        assert!(phase1[60..].iter().all(|&(d, _)| d == 0), "{phase1:?}");
+        assert!(lookup.alpha(2).unwrap() < 0.09);
+        // Phase 2: the text repeats "1 2 7"; the matches are right, which only the free shadow
+        // trials can show, since nothing is drafted.
+        let repeat = |c: &[u32]| -> u32 {
+            match c.last() {
+                Some(1) => 2,
+                Some(2) => 7,
+                _ => 1,
+            }
+        };
+        let mut phase2 = Vec::new();
+        for _ in 0..60 {
+            phase2.push(scripted_step(&mut lookup, &mut context, &repeat));
+        }
+        let late = &phase2[30..];
+        assert!(late.iter().all(|&(d, a)| d > 0 && a == d), "{phase2:?}");
+        assert!(lookup.alpha(2).unwrap() > 0.5);
+        // The fixed rule drafts on every match, right or wrong.
+        let mut fixed = PromptLookup::new(PromptLookupConfig {
+            k: 4,
+            ngram_max: 2,
+            ngram_min: 2,
+            adaptive: false,
+        })
+        .unwrap();
+        let mut context = vec![1, 2, 99, 1, 2, 98, 1];
+        Drafter::<burn::backend::Flex>::begin(&mut fixed, &context).unwrap();
+        let steps: Vec<_> = (0..90)
+            .map(|_| scripted_step(&mut fixed, &mut context, &fresh))
+            .collect();
+        assert!(steps[60..].iter().filter(|&&(d, _)| d > 0).count() >= 10);
     }
 }

@@ -51,8 +51,14 @@ fn lookup(k: usize, ngram_max: usize, ngram_min: usize) -> PromptLookup {
         k,
         ngram_max,
         ngram_min,
+        adaptive: false,
     })
     .unwrap()
+}
+
+/// Prompt lookup with the adaptive length (`--k auto`).
+fn adaptive_lookup() -> PromptLookup {
+    PromptLookup::new(PromptLookupConfig::adaptive()).unwrap()
 }
 
 /// A bigram model of `vocab` tokens counted over seeded random sequences that favour `+1` steps.
@@ -103,6 +109,9 @@ fn greedy_equals_plain_on_a_tiny_model() {
                 "lookups never fired on {prompt:?}"
             );
         }
+        let mut drafter = adaptive_lookup();
+        let spec = generate_speculative(&m, &mut drafter, prompt, &options, &mut |_| {}).unwrap();
+        assert_eq!(spec.tokens, plain.tokens, "adaptive lookup");
         for k in [1, 3] {
             let mut drafter =
                 BigramDrafter::<B>::new(toy_bigram(vocab, 1), vocab, k, &device).unwrap();
@@ -287,6 +296,24 @@ fn sampled_output_follows_the_target_law() {
         runs,
     );
 
+    // The adaptive length: the choice depends on earlier steps (and on timings), never on the
+    // step's own draws.
+    let mut drafter = PromptLookup::new(PromptLookupConfig {
+        k: 2,
+        ngram_max: 3,
+        ngram_min: 1,
+        adaptive: true,
+    })
+    .unwrap();
+    check_law(
+        "adaptive prompt lookup",
+        &mut oracle,
+        &mut drafter,
+        &prompt,
+        sampling,
+        runs,
+    );
+
     let sampling = SamplingConfig::with_temperature(0.8).top_k(9);
     let mut drafter =
         BigramDrafter::<B>::new(toy_bigram(VOCAB, 4), VOCAB, 2, &Default::default()).unwrap();
@@ -356,6 +383,14 @@ fn greedy_equals_plain_on_smollm2() {
         let spec = generate_speculative(&loaded.model, &mut lookup, &prompt, &options, &mut |_| {})
             .unwrap();
         assert_eq!(spec.tokens, plain.tokens, "prompt lookup on {text:?}");
+        let mut adaptive = adaptive_lookup();
+        let spec =
+            generate_speculative(&loaded.model, &mut adaptive, &prompt, &options, &mut |_| {})
+                .unwrap();
+        assert_eq!(
+            spec.tokens, plain.tokens,
+            "adaptive prompt lookup on {text:?}"
+        );
         let mut drafter = BigramDrafter::<B>::new(bigram.clone(), vocab, 2, &device).unwrap();
         let spec =
             generate_speculative(&loaded.model, &mut drafter, &prompt, &options, &mut |_| {})

@@ -1,5 +1,8 @@
 //! How many tokens to draft per step.
 
+use spec_core::length::AcceptanceRate;
+pub use spec_core::length::{best_length, expected_tokens, expected_tokens_at, speedup_bound};
+
 use crate::error::{Result, SamplingError};
 
 /// The default fixed draft length.
@@ -69,59 +72,9 @@ impl DraftLength {
     }
 }
 
-/// Expected tokens a step yields with `k` drafts when each is accepted independently with
-/// probability `alpha`: `E[τ] = Σ_{i=0..k} α^i = (1 − α^{k+1}) / (1 − α)` (the sum form also holds
-/// at `α = 1`, where it is `k + 1`).
-pub fn expected_tokens(alpha: f64, k: usize) -> f64 {
-    let alpha = alpha.clamp(0.0, 1.0);
-    let mut term = 1.0;
-    let mut total = 1.0;
-    for _ in 0..k {
-        term *= alpha;
-        total += term;
-    }
-    total
-}
-
-/// [`expected_tokens`] for a draft length that may be fractional (a mean, e.g. what `auto`
-/// drafted on average), in the closed form `(1 − α^{k+1}) / (1 − α)`; `k + 1` at `α = 1`.
-pub fn expected_tokens_at(alpha: f64, k: f64) -> f64 {
-    let alpha = alpha.clamp(0.0, 1.0);
-    if 1.0 - alpha < 1e-12 {
-        k + 1.0
-    } else {
-        (1.0 - alpha.powf(k + 1.0)) / (1.0 - alpha)
-    }
-}
-
-/// The expected speed-up `E[τ] / (K·c + 1)` of `k` drafts (fractional allowed) whose draft step
-/// costs `c` target steps (Leviathan et al. 2023, Theorem 3.8).
-pub fn speedup_bound(alpha: f64, k: f64, c: f64) -> f64 {
-    expected_tokens_at(alpha, k) / (k * c + 1.0)
-}
-
-/// The `K ∈ 1..=k_max` that maximizes the expected speed-up `E[τ](α, K) / (K·c + 1)`, where `c` is
-/// the cost of one draft token relative to one target step. Ties go to the shorter draft.
-pub fn best_length(alpha: f64, c: f64, k_max: usize) -> usize {
-    let c = if c.is_finite() { c.max(0.0) } else { 0.0 };
-    let mut best = (1, f64::NEG_INFINITY);
-    for k in 1..=k_max.max(1) {
-        let speed = expected_tokens(alpha, k) / (k as f64 * c + 1.0);
-        if speed > best.1 + 1e-12 {
-            best = (k, speed);
-        }
-    }
-    best.0
-}
-
 /// Running estimates of the acceptance rate `α` and the cost ratio `c` for [`DraftLength::Auto`].
 ///
-/// * `α`: each step tests drafts in order until the first rejection, so a step with `a` of `k`
-///   accepted made `a` successful trials and, if `a < k`, one failed one; drafts after a rejection
-///   were never tested. `α = accepted / trials`, which is the maximum-likelihood estimate under the
-///   i.i.d. model (plain `accepted / drafted` would count the untested drafts as failures).
-///   Counts decay by [`AutoLength::DECAY`] per step so the estimate follows the text, and a prior
-///   of one success in two trials keeps the first steps sane.
+/// * `α`: `spec_core`'s [`AcceptanceRate`] (accepted ÷ tested drafts, decaying counts, a prior).
 /// * `c`: the wall time of the draft per drafted token (its forwards, the sampling and the catch-up
 ///   on the previous step's tokens) divided by the wall time of a target step, measured from
 ///   [`Drafter::draft`](spec_engine::Drafter::draft) returning to
@@ -129,41 +82,20 @@ pub fn best_length(alpha: f64, c: f64, k_max: usize) -> usize {
 ///   the chain, the verification, the cache rollback and the loop's bookkeeping (streaming output
 ///   included). Both are exponential moving averages. The target step is measured at the `K` in use,
 ///   so its cost includes scoring `K + 1` tokens; the model treats it as the unit.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct AutoLength {
-    accepted: f64,
-    trials: f64,
+    acceptance: AcceptanceRate,
     draft_token_seconds: Option<f64>,
     target_step_seconds: Option<f64>,
 }
 
-impl Default for AutoLength {
-    fn default() -> Self {
-        Self {
-            accepted: 0.0,
-            trials: 0.0,
-            draft_token_seconds: None,
-            target_step_seconds: None,
-        }
-    }
-}
-
 impl AutoLength {
-    /// The weight kept by old counts at each step.
-    pub const DECAY: f64 = 0.9;
     /// The weight of a new time measurement in the moving averages.
     const TIME_WEIGHT: f64 = 0.2;
-    /// Prior successes and trials.
-    const PRIOR: (f64, f64) = (1.0, 2.0);
 
     /// Records a verified step: `accepted` of `drafted` drafts in a chain.
     pub fn record_step(&mut self, drafted: usize, accepted: usize) {
-        if drafted == 0 {
-            return;
-        }
-        let failed = if accepted < drafted { 1.0 } else { 0.0 };
-        self.accepted = self.accepted * Self::DECAY + accepted as f64;
-        self.trials = self.trials * Self::DECAY + accepted as f64 + failed;
+        self.acceptance.record_chain(drafted, accepted);
     }
 
     /// Records the draft's time per drafted token in one step.
@@ -188,7 +120,7 @@ impl AutoLength {
 
     /// The smoothed acceptance rate.
     pub fn alpha(&self) -> f64 {
-        (self.accepted + Self::PRIOR.0) / (self.trials + Self::PRIOR.1)
+        self.acceptance.alpha()
     }
 
     /// `c`, once both times have been measured.
@@ -222,79 +154,6 @@ impl AutoLength {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_bound_is_leviathans_expected_speedup() {
-        // α = 0.5, K = 2: E[τ] = 1 + 0.5 + 0.25 = 1.75; c = 0.25: bound = 1.75 / (2·0.25 + 1).
-        assert!((expected_tokens_at(0.5, 2.0) - 1.75).abs() < 1e-12);
-        assert!((speedup_bound(0.5, 2.0, 0.25) - 1.75 / 1.5).abs() < 1e-12);
-        // Every draft accepted: K + 1 tokens a step; free drafts: the bound is E[τ] itself.
-        assert_eq!(expected_tokens_at(1.0, 4.0), 5.0);
-        assert!((speedup_bound(0.8, 3.0, 0.0) - expected_tokens_at(0.8, 3.0)).abs() < 1e-12);
-        // Nothing accepted: one token a step, slowed by the drafting.
-        assert!((speedup_bound(0.0, 4.0, 0.1) - 1.0 / 1.4).abs() < 1e-12);
-        // Whole K agrees with spec-sampling's sum (what `auto` maximizes); a mean K lies between.
-        for alpha in [0.0, 0.3, 0.75, 0.999] {
-            for k in 0..9 {
-                let sum = expected_tokens(alpha, k);
-                assert!(
-                    (expected_tokens_at(alpha, k as f64) - sum).abs() < 1e-9,
-                    "{alpha} {k}"
-                );
-            }
-            let mid = expected_tokens_at(alpha, 2.5);
-            assert!(mid >= expected_tokens_at(alpha, 2.0) && mid <= expected_tokens_at(alpha, 3.0));
-        }
-    }
-
-    #[test]
-    fn expected_tokens_matches_the_closed_form() {
-        for alpha in [0.0, 0.3, 0.8, 0.95] {
-            for k in 0..10 {
-                let closed = (1.0 - f64::powi(alpha, k as i32 + 1)) / (1.0 - alpha);
-                assert!((expected_tokens(alpha, k) - closed).abs() < 1e-12);
-            }
-        }
-        assert_eq!(expected_tokens(1.0, 5), 6.0);
-    }
-
-    #[test]
-    fn best_length_follows_alpha_and_cost() {
-        // Free drafts that are always accepted: draft as far as allowed.
-        assert_eq!(best_length(1.0, 0.0, 8), 8);
-        // Drafts that are never accepted: as short as allowed.
-        assert_eq!(best_length(0.0, 0.1, 8), 1);
-        // Leviathan et al., Table/Figure 3 regime: α = 0.8, c = 0.05 favours a long draft; c = 0.5
-        // a short one.
-        let long = best_length(0.8, 0.05, 8);
-        let short = best_length(0.8, 0.5, 8);
-        assert!(long > short, "{long} vs {short}");
-        // Brute force agrees.
-        for (alpha, c) in [(0.6, 0.1), (0.9, 0.2), (0.5, 0.02)] {
-            let k = best_length(alpha, c, 8);
-            let speed = |k: usize| expected_tokens(alpha, k) / (k as f64 * c + 1.0);
-            assert!((1..=8).all(|j| speed(j) <= speed(k) + 1e-12));
-        }
-        // Bounds hold.
-        assert_eq!(best_length(1.0, 0.0, 3), 3);
-        assert_eq!(best_length(0.5, f64::NAN, 0), 1);
-    }
-
-    #[test]
-    fn alpha_counts_only_tested_drafts() {
-        let mut auto = AutoLength::default();
-        assert_eq!(auto.alpha(), 0.5);
-        for _ in 0..200 {
-            // Two accepted, the third rejected, the fourth never tested: α = 2/3, not 2/4.
-            auto.record_step(4, 2);
-        }
-        // The prior (1 of 2) still weighs against ~30 decayed trials: within 0.02.
-        assert!((auto.alpha() - 2.0 / 3.0).abs() < 0.02, "{}", auto.alpha());
-        for _ in 0..200 {
-            auto.record_step(4, 4);
-        }
-        assert!(auto.alpha() > 0.97);
-    }
 
     #[test]
     fn choose_uses_measured_times() {

@@ -1,0 +1,358 @@
+//! How long a draft should be: the expected-speedup model and the run-time estimates it needs.
+//!
+//! Drafts are accepted in order until the first rejection. If each is accepted independently with
+//! probability `α`, a step with `K` drafts yields (Leviathan et al. 2023, eq. 1)
+//!
+//! ```text
+//! E[τ](α, K) = Σ_{i=0..K} α^i = (1 − α^{K+1}) / (1 − α)
+//! ```
+//!
+//! tokens, and costs `cost(K)` in units of one plain decoding step. Leviathan's Theorem 3.8 takes
+//! `cost(K) = K·c + 1` (a draft step costs `c`, the verification one target step, whatever its
+//! width); a drafter without a model (prompt lookup) pays nothing to draft, but on a CPU scoring
+//! `K + 1` tokens costs more than scoring one, so there `cost(K) = r(K + 1)`, the measured cost of
+//! a verification step of width `K + 1` relative to width 1 ([`WidthCosts`]). Either way the
+//! draft length is the `K` that maximizes `E[τ] / cost(K)` ([`best_length_by`]).
+//!
+//! The estimates come from the run itself: [`AcceptanceRate`] counts accepted and tested drafts
+//! with decay; [`WidthCosts`] averages step times by width.
+
+/// Expected tokens a step yields with `k` drafts when each is accepted independently with
+/// probability `alpha`: `E[τ] = Σ_{i=0..k} α^i = (1 − α^{k+1}) / (1 − α)` (the sum form also holds
+/// at `α = 1`, where it is `k + 1`).
+pub fn expected_tokens(alpha: f64, k: usize) -> f64 {
+    let alpha = alpha.clamp(0.0, 1.0);
+    let mut term = 1.0;
+    let mut total = 1.0;
+    for _ in 0..k {
+        term *= alpha;
+        total += term;
+    }
+    total
+}
+
+/// [`expected_tokens`] for a draft length that may be fractional (a mean, e.g. what an adaptive
+/// policy drafted on average), in the closed form `(1 − α^{k+1}) / (1 − α)`; `k + 1` at `α = 1`.
+pub fn expected_tokens_at(alpha: f64, k: f64) -> f64 {
+    let alpha = alpha.clamp(0.0, 1.0);
+    if 1.0 - alpha < 1e-12 {
+        k + 1.0
+    } else {
+        (1.0 - alpha.powf(k + 1.0)) / (1.0 - alpha)
+    }
+}
+
+/// The expected speed-up `E[τ] / (K·c + 1)` of `k` drafts (fractional allowed) whose draft step
+/// costs `c` target steps (Leviathan et al. 2023, Theorem 3.8).
+pub fn speedup_bound(alpha: f64, k: f64, c: f64) -> f64 {
+    expected_tokens_at(alpha, k) / (k * c + 1.0)
+}
+
+/// The `K ∈ k_min..=k_max` that maximizes `E[τ](α, K) / cost(K)`, `cost(K)` being a step with `K`
+/// drafts in units of a plain decoding step. Ties (within 1e-12) go to the shorter draft; a
+/// non-finite or non-positive cost rules that `K` out. Returns `k_min` when nothing qualifies.
+pub fn best_length_by(
+    alpha: f64,
+    k_min: usize,
+    k_max: usize,
+    cost: impl Fn(usize) -> f64,
+) -> usize {
+    let mut best = (k_min, f64::NEG_INFINITY);
+    for k in k_min..=k_max.max(k_min) {
+        let cost = cost(k);
+        if !(cost.is_finite() && cost > 0.0) {
+            continue;
+        }
+        let speed = expected_tokens(alpha, k) / cost;
+        if speed > best.1 + 1e-12 {
+            best = (k, speed);
+        }
+    }
+    best.0
+}
+
+/// The `K ∈ 1..=k_max` that maximizes Leviathan's expected speed-up `E[τ](α, K) / (K·c + 1)`,
+/// where `c` is the cost of one draft token relative to one target step.
+pub fn best_length(alpha: f64, c: f64, k_max: usize) -> usize {
+    let c = if c.is_finite() { c.max(0.0) } else { 0.0 };
+    best_length_by(alpha, 1, k_max.max(1), |k| k as f64 * c + 1.0)
+}
+
+/// A running estimate of the acceptance rate `α`.
+///
+/// A chain step tests drafts in order until the first rejection, so a step with `a` of `k`
+/// accepted made `a` successful trials and, if `a < k`, one failed one; drafts after a rejection
+/// were never tested. `α = accepted / trials` is the maximum-likelihood estimate under the i.i.d.
+/// model (plain `accepted / drafted` would count the untested drafts as failures). Counts decay (by
+/// [`AcceptanceRate::DECAY`] unless set) per record so the estimate follows the text, and a prior of one
+/// success in two trials keeps the first steps sane.
+#[derive(Debug, Clone)]
+pub struct AcceptanceRate {
+    accepted: f64,
+    trials: f64,
+    decay: f64,
+}
+
+impl Default for AcceptanceRate {
+    fn default() -> Self {
+        Self::with_decay(Self::DECAY)
+    }
+}
+
+impl AcceptanceRate {
+    /// The default weight kept by old counts at each record (a memory of ~10 records).
+    pub const DECAY: f64 = 0.9;
+    /// Prior successes and trials.
+    const PRIOR: (f64, f64) = (1.0, 2.0);
+
+    /// An estimate whose counts keep `decay ∈ (0, 1]` of their weight at each record (clamped).
+    pub fn with_decay(decay: f64) -> Self {
+        let decay = if decay.is_finite() {
+            decay.clamp(0.01, 1.0)
+        } else {
+            Self::DECAY
+        };
+        Self {
+            accepted: 0.0,
+            trials: 0.0,
+            decay,
+        }
+    }
+
+    /// Records a verified chain: `accepted` of `drafted` drafts (nothing when `drafted` is 0).
+    pub fn record_chain(&mut self, drafted: usize, accepted: usize) {
+        if drafted == 0 {
+            return;
+        }
+        let accepted = accepted.min(drafted) as f64;
+        let failed = if accepted < drafted as f64 { 1.0 } else { 0.0 };
+        self.accepted = self.accepted * self.decay + accepted;
+        self.trials = self.trials * self.decay + accepted + failed;
+    }
+
+    /// Records one trial: a single draft that was (or, for a draft that was not proposed but can
+    /// be scored against the output, would have been) accepted or not.
+    pub fn record_trial(&mut self, accepted: bool) {
+        self.record_chain(1, usize::from(accepted));
+    }
+
+    /// The smoothed acceptance rate.
+    pub fn alpha(&self) -> f64 {
+        (self.accepted + Self::PRIOR.0) / (self.trials + Self::PRIOR.1)
+    }
+}
+
+/// Moving averages of verification step times by width (tokens scored), giving the relative cost
+/// `r(w) = t(w) / t(1)` of a step that scores `w` tokens.
+///
+/// `r` is modelled as `1 + s·(w − 1)`: the slope `s` pools every measured width (each width's
+/// `(r(w) − 1)/(w − 1)`, weighted by `w − 1`), so one noisy average cannot lock a width out, and
+/// the model stays monotone. Until width 1 and a wider step have both been measured, `s` is
+/// [`WidthCosts::PRIOR_SLOPE`].
+#[derive(Debug, Clone, Default)]
+pub struct WidthCosts {
+    /// `seconds[w - 1]`: the moving average of steps of width `w`.
+    seconds: Vec<Option<f64>>,
+}
+
+impl WidthCosts {
+    /// The weight of a new measurement in a width's moving average.
+    const WEIGHT: f64 = 0.2;
+    /// The slope assumed before it is measured: a verification of 8 tokens at 1.7× a decode step,
+    /// about what `spec bench-forward` measures for the reference models on a 2-core CPU.
+    pub const PRIOR_SLOPE: f64 = 0.1;
+    /// Widths above this share its bucket (the model is linear anyway).
+    const MAX_WIDTH: usize = 64;
+
+    /// Records one step of `width ≥ 1` tokens that took `seconds`.
+    pub fn record(&mut self, width: usize, seconds: f64) {
+        if width == 0 || !seconds.is_finite() || seconds <= 0.0 {
+            return;
+        }
+        let w = width.min(Self::MAX_WIDTH);
+        if self.seconds.len() < w {
+            self.seconds.resize(w, None);
+        }
+        let slot = &mut self.seconds[w - 1];
+        *slot = Some(match *slot {
+            None => seconds,
+            Some(old) => old + Self::WEIGHT * (seconds - old),
+        });
+    }
+
+    /// The average time of a width-`w` step, if measured.
+    pub fn seconds(&self, width: usize) -> Option<f64> {
+        let w = width.clamp(1, Self::MAX_WIDTH);
+        self.seconds.get(w - 1).copied().flatten()
+    }
+
+    /// The slope `s` of `r(w) = 1 + s·(w − 1)`.
+    pub fn slope(&self) -> f64 {
+        let Some(one) = self.seconds(1) else {
+            return Self::PRIOR_SLOPE;
+        };
+        let (mut sum, mut weight) = (0.0, 0.0);
+        for (i, t) in self.seconds.iter().enumerate().skip(1) {
+            if let Some(t) = t {
+                // Σ (r(w) − 1) / Σ (w − 1): each width's slope weighted by w − 1.
+                sum += t / one - 1.0;
+                weight += i as f64;
+            }
+        }
+        if weight == 0.0 {
+            Self::PRIOR_SLOPE
+        } else {
+            (sum / weight).max(0.0)
+        }
+    }
+
+    /// `r(w)`: a step of `width` tokens in units of a one-token step.
+    pub fn relative(&self, width: usize) -> f64 {
+        1.0 + self.slope() * width.saturating_sub(1) as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bound_is_leviathans_expected_speedup() {
+        // α = 0.5, K = 2: E[τ] = 1 + 0.5 + 0.25 = 1.75; c = 0.25: bound = 1.75 / (2·0.25 + 1).
+        assert!((expected_tokens_at(0.5, 2.0) - 1.75).abs() < 1e-12);
+        assert!((speedup_bound(0.5, 2.0, 0.25) - 1.75 / 1.5).abs() < 1e-12);
+        // Every draft accepted: K + 1 tokens a step; free drafts: the bound is E[τ] itself.
+        assert_eq!(expected_tokens_at(1.0, 4.0), 5.0);
+        assert!((speedup_bound(0.8, 3.0, 0.0) - expected_tokens_at(0.8, 3.0)).abs() < 1e-12);
+        // Nothing accepted: one token a step, slowed by the drafting.
+        assert!((speedup_bound(0.0, 4.0, 0.1) - 1.0 / 1.4).abs() < 1e-12);
+        // Whole K agrees with the sum; a mean K lies between its neighbours.
+        for alpha in [0.0, 0.3, 0.75, 0.999] {
+            for k in 0..9 {
+                let sum = expected_tokens(alpha, k);
+                assert!(
+                    (expected_tokens_at(alpha, k as f64) - sum).abs() < 1e-9,
+                    "{alpha} {k}"
+                );
+            }
+            let mid = expected_tokens_at(alpha, 2.5);
+            assert!(mid >= expected_tokens_at(alpha, 2.0) && mid <= expected_tokens_at(alpha, 3.0));
+        }
+    }
+
+    #[test]
+    fn expected_tokens_matches_the_closed_form() {
+        for alpha in [0.0, 0.3, 0.8, 0.95] {
+            for k in 0..10 {
+                let closed = (1.0 - f64::powi(alpha, k as i32 + 1)) / (1.0 - alpha);
+                assert!((expected_tokens(alpha, k) - closed).abs() < 1e-12);
+            }
+        }
+        assert_eq!(expected_tokens(1.0, 5), 6.0);
+    }
+
+    #[test]
+    fn best_length_follows_alpha_and_cost() {
+        // Free drafts that are always accepted: draft as far as allowed.
+        assert_eq!(best_length(1.0, 0.0, 8), 8);
+        // Drafts that are never accepted: as short as allowed.
+        assert_eq!(best_length(0.0, 0.1, 8), 1);
+        // Leviathan et al.'s regime: α = 0.8 with c = 0.05 favours a long draft, c = 0.5 a short one.
+        let long = best_length(0.8, 0.05, 8);
+        let short = best_length(0.8, 0.5, 8);
+        assert!(long > short, "{long} vs {short}");
+        // Brute force agrees.
+        for (alpha, c) in [(0.6, 0.1), (0.9, 0.2), (0.5, 0.02)] {
+            let k = best_length(alpha, c, 8);
+            let speed = |k: usize| expected_tokens(alpha, k) / (k as f64 * c + 1.0);
+            assert!((1..=8).all(|j| speed(j) <= speed(k) + 1e-12));
+        }
+        assert_eq!(best_length(1.0, 0.0, 3), 3);
+        assert_eq!(best_length(0.5, f64::NAN, 0), 1);
+    }
+
+    #[test]
+    fn best_length_by_may_choose_no_draft() {
+        // Verification of w tokens costs 1 + 0.1 (w − 1): a draft pays iff α > 0.1.
+        let cost = |k: usize| 1.0 + 0.1 * k as f64;
+        assert_eq!(best_length_by(0.05, 0, 8, cost), 0);
+        assert!(best_length_by(0.2, 0, 8, cost) >= 1);
+        // A high α and cheap width: the longest draft.
+        assert_eq!(best_length_by(0.95, 0, 8, |k| 1.0 + 0.02 * k as f64), 8);
+        // Costs that rule every K out leave k_min.
+        assert_eq!(best_length_by(0.9, 2, 5, |_| f64::NAN), 2);
+        // Brute force agrees over a grid.
+        for alpha in [0.1, 0.3, 0.5, 0.7, 0.9] {
+            for slope in [0.0, 0.05, 0.2, 0.5] {
+                let cost = |k: usize| 1.0 + slope * k as f64;
+                let k = best_length_by(alpha, 0, 8, cost);
+                let speed = |k: usize| expected_tokens(alpha, k) / cost(k);
+                assert!(
+                    (0..=8).all(|j| speed(j) <= speed(k) + 1e-12),
+                    "{alpha} {slope}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn alpha_counts_only_tested_drafts() {
+        let mut rate = AcceptanceRate::default();
+        assert_eq!(rate.alpha(), 0.5);
+        for _ in 0..200 {
+            // Two accepted, the third rejected, the fourth never tested: α = 2/3, not 2/4.
+            rate.record_chain(4, 2);
+        }
+        // The prior (1 of 2) still weighs against ~30 decayed trials: within 0.02.
+        assert!((rate.alpha() - 2.0 / 3.0).abs() < 0.02, "{}", rate.alpha());
+        for _ in 0..200 {
+            rate.record_chain(4, 4);
+        }
+        assert!(rate.alpha() > 0.97);
+        for _ in 0..100 {
+            rate.record_trial(false);
+        }
+        // Decayed counts sum to ~10 trials, so the prior floors α at ~1/12.
+        assert!(rate.alpha() < 0.09, "{}", rate.alpha());
+        let mut slow = AcceptanceRate::with_decay(0.95);
+        for _ in 0..200 {
+            slow.record_trial(false);
+        }
+        assert!(slow.alpha() < 0.05, "{}", slow.alpha());
+        // A record without drafts changes nothing.
+        let before = rate.alpha();
+        rate.record_chain(0, 0);
+        assert_eq!(rate.alpha(), before);
+    }
+
+    #[test]
+    fn width_costs_fit_a_slope() {
+        let mut costs = WidthCosts::default();
+        assert_eq!(costs.slope(), WidthCosts::PRIOR_SLOPE);
+        assert!((costs.relative(5) - (1.0 + 4.0 * WidthCosts::PRIOR_SLOPE)).abs() < 1e-12);
+        // Only wide steps measured: still the prior.
+        costs.record(4, 0.03);
+        assert_eq!(costs.slope(), WidthCosts::PRIOR_SLOPE);
+        // t(1) = 10 ms, t(4) = 13 ms, t(3) = 12 ms: r = 1 + 0.1 (w − 1) for both.
+        costs.record(1, 0.010);
+        costs.record(4, 0.013);
+        costs.record(4, 0.013);
+        for _ in 0..100 {
+            costs.record(4, 0.013);
+        }
+        costs.record(3, 0.012);
+        assert!((costs.slope() - 0.1).abs() < 1e-6, "{}", costs.slope());
+        assert!((costs.relative(1) - 1.0).abs() < 1e-12);
+        assert!((costs.relative(9) - 1.8).abs() < 1e-5);
+        // A wider step measured faster than one token does not make the slope negative.
+        let mut odd = WidthCosts::default();
+        odd.record(1, 0.02);
+        odd.record(2, 0.01);
+        assert_eq!(odd.slope(), 0.0);
+        // Garbage is ignored.
+        odd.record(0, 1.0);
+        odd.record(3, f64::NAN);
+        odd.record(3, -1.0);
+        assert_eq!(odd.seconds(3), None);
+    }
+}
