@@ -23,6 +23,10 @@ const ROWS: [usize; 5] = [1, 2, 4, 8, 16];
 const CONTEXT: usize = 64;
 /// Tokens generated for the decode-speed figure.
 const DECODE_TOKENS: usize = 32;
+/// Prompt tokens of the prefill figures.
+const PREFILL: usize = 128;
+/// Timed prefills of each kind (the median is reported).
+const PREFILL_REPS: usize = 3;
 
 #[derive(clap::Args)]
 pub(crate) struct BenchForwardArgs {
@@ -58,6 +62,9 @@ struct ForwardReport {
     forward_ratio: std::collections::BTreeMap<String, f64>,
     /// Greedy plain decoding, tokens after the first per second.
     decode_tokens_per_second: f64,
+    /// A 128-token prompt in one forward request (which the runtime may run in passes of 16),
+    /// prompt tokens per second.
+    prefill_tokens_per_second: f64,
     /// Measured read bandwidth ÷ bytes of weights one token reads.
     bandwidth_bound_tokens_per_second: f64,
     /// Bytes of projection and head weights one forward reads in this format.
@@ -87,9 +94,10 @@ pub(crate) fn run(args: &BenchForwardArgs) -> Result<()> {
             bandwidth / 1e9
         );
         println!(
-            "| weights | n=1 | n=2 | n=4 | n=8 | n=16 | decode tok/s | bound tok/s | decode ÷ bound |"
+            "| weights | n=1 | n=2 | n=4 | n=8 | n=16 | decode tok/s | bound tok/s | decode ÷ bound \
+             | prefill tok/s ({PREFILL} tokens) |"
         );
-        println!("|---|---|---|---|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|---|---|---|---|");
     }
     for name in args.weights.split(',') {
         let format = match name {
@@ -118,6 +126,7 @@ pub(crate) fn run(args: &BenchForwardArgs) -> Result<()> {
         let mut options = GenerateOptions::new(DECODE_TOKENS, SamplingConfig::greedy());
         options.cache_capacity = Some(args.capacity.unwrap_or(CONTEXT + DECODE_TOKENS + 1));
         let decode = generate_plain(&model, &prompt, &options, &mut |_| {})?;
+        let prefill = time_prefill(&model, &config)?;
         let bytes = weight_bytes(&config, format.map_or(4.0, WeightFormat::bytes_per_weight));
         let report = ForwardReport {
             model: args.model.clone(),
@@ -125,6 +134,7 @@ pub(crate) fn run(args: &BenchForwardArgs) -> Result<()> {
             forward_ms,
             forward_ratio,
             decode_tokens_per_second: decode.stats.decode_tokens_per_second,
+            prefill_tokens_per_second: PREFILL as f64 / prefill,
             bandwidth_bound_tokens_per_second: bandwidth / bytes,
             weight_bytes: bytes as u64,
             read_gb_per_second: bandwidth / 1e9,
@@ -146,6 +156,7 @@ pub(crate) fn run(args: &BenchForwardArgs) -> Result<()> {
                 report.bandwidth_bound_tokens_per_second,
                 100.0 * report.decode_tokens_per_second / report.bandwidth_bound_tokens_per_second
             ));
+            row.push_str(&format!(" {:.0} |", report.prefill_tokens_per_second));
             println!("{row}");
         }
     }
@@ -154,10 +165,33 @@ pub(crate) fn run(args: &BenchForwardArgs) -> Result<()> {
 
 /// A fixed, in-vocabulary context.
 fn context_tokens(config: &ModelConfig) -> Vec<u32> {
+    tokens(config, CONTEXT)
+}
+
+/// `n` fixed, in-vocabulary tokens.
+fn tokens(config: &ModelConfig, n: usize) -> Vec<u32> {
     let vocab = config.vocab_size.max(2) as u32;
-    (0..CONTEXT as u32)
-        .map(|i| 1 + (i * 37) % (vocab - 1))
-        .collect()
+    (0..n as u32).map(|i| 1 + (i * 37) % (vocab - 1)).collect()
+}
+
+/// Median seconds of a [`PREFILL`]-token prompt fed in one request into an empty cache (no
+/// logits), after one untimed run.
+fn time_prefill(model: &Transformer<Flex>, config: &ModelConfig) -> Result<f64> {
+    let prompt = tokens(config, PREFILL);
+    let mut cache = model.new_cache(PREFILL);
+    let mut times = Vec::with_capacity(PREFILL_REPS);
+    for round in 0..=PREFILL_REPS {
+        cache.truncate(0);
+        let start = Instant::now();
+        model.forward(
+            ForwardRequest::tokens(&prompt).logits(LogitRows::None),
+            &mut cache,
+        )?;
+        if round > 0 {
+            times.push(start.elapsed().as_secs_f64());
+        }
+    }
+    Ok(median(times))
 }
 
 /// Milliseconds of a forward over `n` new tokens (logits for all of them) after a

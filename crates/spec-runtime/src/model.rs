@@ -860,6 +860,20 @@ impl<B: Backend> Transformer<B> {
                 Some(rows.clone())
             }
         };
+        if n > SKINNY_MAX_ROWS
+            && cache.is_host()
+            && matches!(request.attention, NewTokens::Causal)
+            && request.hidden_after.is_empty()
+            && matches!(request.logits, LogitRows::None | LogitRows::Last)
+            && layers.clone().all(|l| {
+                self.blocks[l]
+                    .packed
+                    .as_deref()
+                    .is_some_and(|p| p.qkv.matrix.format() != WeightFormat::Q8_0)
+            })
+        {
+            return self.forward_in_chunks(x, &positions, layers, request.logits, cache);
+        }
         let bias = attention_bias(n, cached, request.attention)?;
         let (cos, sin) = self.rope_rows(&positions);
 
@@ -948,6 +962,55 @@ impl<B: Backend> Transformer<B> {
             logits,
             hidden,
             last_hidden: x,
+        })
+    }
+
+    /// A causal pass over more than [`SKINNY_MAX_ROWS`] new tokens (a prompt) as consecutive
+    /// passes of at most that many, each on the host path: `bench-forward`'s prefill figures
+    /// measured this 1.3–1.7× faster than one pass through burn's matmul for f32 and bf16
+    /// weights, but not for Q8_0 (whose 16-row tile is compute-bound), which keeps the one pass.
+    /// `x` `[n, hidden]` is the input of layer `layers.start`; the output is what one pass gives
+    /// (logits of the last row when `logits` is `Last`).
+    fn forward_in_chunks(
+        &self,
+        x: Tensor<B, 2>,
+        positions: &[usize],
+        layers: Range<usize>,
+        logits: LogitRows,
+        cache: &mut KvCache<B>,
+    ) -> Result<ForwardOutput<B>> {
+        let [n, hidden] = x.dims();
+        let mut outputs = Vec::with_capacity(n.div_ceil(SKINNY_MAX_ROWS));
+        let mut last_logits = None;
+        let mut start = 0;
+        while start < n {
+            let end = (start + SKINNY_MAX_ROWS).min(n);
+            let last = end == n;
+            let out = self.forward(
+                ForwardRequest {
+                    input: Input::Hidden(x.clone().slice([start..end, 0..hidden])),
+                    positions: Some(&positions[start..end]),
+                    attention: NewTokens::Causal,
+                    layers: Some(layers.clone()),
+                    logits: if last {
+                        logits.clone()
+                    } else {
+                        LogitRows::None
+                    },
+                    hidden_after: Vec::new(),
+                },
+                cache,
+            )?;
+            if last {
+                last_logits = out.logits;
+            }
+            outputs.push(out.last_hidden);
+            start = end;
+        }
+        Ok(ForwardOutput {
+            logits: last_logits,
+            hidden: Vec::new(),
+            last_hidden: Tensor::cat(outputs, 0),
         })
     }
 

@@ -106,6 +106,53 @@ fn f32_skinny_path_matches_burn() {
     }
 }
 
+/// A prompt of 40 tokens (logits of the last only) and then a 3-token step: the prompt runs in
+/// passes of 16 on the host path in the packed model, in one pass through burn in the other.
+fn prompt_then_step(model: &Transformer<Flex>) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let prompt: Vec<u32> = (0..40).map(|i| (i * 11 + 2) % 67).collect();
+    let mut cache = model.new_cache(64);
+    let out = model
+        .forward(
+            ForwardRequest::tokens(&prompt).logits(LogitRows::Last),
+            &mut cache,
+        )
+        .unwrap();
+    assert_eq!(out.last_hidden.dims()[0], 40);
+    assert_eq!(cache.len(), 40);
+    let last = out.logits.unwrap().into_data().to_vec::<f32>().unwrap();
+    let hidden = out.last_hidden.into_data().to_vec::<f32>().unwrap();
+    let step = model
+        .forward(
+            ForwardRequest::tokens(&[5, 6, 7]).logits(LogitRows::All),
+            &mut cache,
+        )
+        .unwrap();
+    let step = step.logits.unwrap().into_data().to_vec::<f32>().unwrap();
+    (last, hidden, step)
+}
+
+#[test]
+fn long_prompts_run_in_host_passes_that_match_one_burn_pass() {
+    for arch in [Architecture::Llama, Architecture::Qwen2] {
+        let (burn_last, burn_hidden, burn_step) = prompt_then_step(&model(arch, None));
+        let (last, hidden, step) = prompt_then_step(&model(arch, Some(WeightFormat::F32)));
+        for (what, got, want) in [
+            ("last logits", &last, &burn_last),
+            ("hidden states", &hidden, &burn_hidden),
+            ("next step's logits", &step, &burn_step),
+        ] {
+            let (diff, scale) = max_diff(got, want);
+            assert!(
+                diff <= 1e-4 * scale.max(1.0),
+                "{arch:?} {what}: max |Δ| {diff} (max |value| {scale})"
+            );
+        }
+        // Rounding differs between the paths, so a bit-for-bit match would mean the packed
+        // model did not take the host passes.
+        assert_ne!(hidden, burn_hidden, "{arch:?}: the prompt ran through burn");
+    }
+}
+
 #[test]
 fn narrow_formats_are_close_but_not_exact() {
     let tokens: Vec<u32> = (0..12).map(|i| (i * 5 + 1) % 67).collect();
