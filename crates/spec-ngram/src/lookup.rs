@@ -537,15 +537,20 @@ mod tests {
         (tree.drafted(), verdict.accepted.len())
     }
 
-    #[test]
-    fn adaptive_length_stops_on_bad_matches_and_resumes_on_good_ones() {
-        let mut lookup = PromptLookup::new(PromptLookupConfig {
-            k: 4,
+    /// Prompt lookup from two-token matches only, up to 4 drafts.
+    fn two_gram_lookup(adaptive: bool) -> PromptLookup {
+        PromptLookup::new(PromptLookupConfig {
+            adaptive,
             ngram_max: 2,
             ngram_min: 2,
-            adaptive: true,
+            ..PromptLookupConfig::fixed(4)
         })
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn adaptive_length_stops_on_bad_matches_and_resumes_on_good_ones() {
+        let mut lookup = two_gram_lookup(true);
         let mut context = vec![1, 2, 99, 1, 2, 98, 1];
         Drafter::<burn::backend::Flex>::begin(&mut lookup, &context).unwrap();
         // Phase 1: "1 2" is always followed by a new token, so every match is wrong.
@@ -582,13 +587,7 @@ mod tests {
         assert!(late.iter().all(|&(d, a)| d > 0 && a == d), "{phase2:?}");
         assert!(lookup.alpha(2).unwrap() > 0.5);
         // The fixed rule drafts on every match, right or wrong.
-        let mut fixed = PromptLookup::new(PromptLookupConfig {
-            k: 4,
-            ngram_max: 2,
-            ngram_min: 2,
-            adaptive: false,
-        })
-        .unwrap();
+        let mut fixed = two_gram_lookup(false);
         let mut context = vec![1, 2, 99, 1, 2, 98, 1];
         Drafter::<burn::backend::Flex>::begin(&mut fixed, &context).unwrap();
         let steps: Vec<_> = (0..90)
