@@ -71,7 +71,7 @@ pub(crate) struct BenchArgs {
     #[arg(long, value_name = "TARGET[,DRAFT]")]
     models: Option<String>,
     /// Comma-separated method specs, `NAME[:KEY=VALUE]...`, keys k, draft, target, ngram-max,
-    /// ngram-min, bigram; e.g. `plain,prompt-lookup,sampling:k=auto,bigram:k=3`. Plain decoding
+    /// ngram-min, bigram, history (prompt lookup's cross-request cache: on, off or tokens); e.g. `plain,prompt-lookup,sampling:k=auto,bigram:k=3`. Plain decoding
     /// always runs as the baseline. Default: plain,prompt-lookup,bigram,sampling (those this build
     /// lacks, or bigram without `--bigram`, are skipped with a note).
     #[arg(long)]
@@ -679,6 +679,8 @@ pub(crate) fn run<B: Backend>(args: &BenchArgs, device: &B::Device) -> Result<()
                 &mut |_| {},
             )
             .with_context(|| format!("warming up {}", planned.method.label))?;
+            // No prompt may be measured against its own warm-up answer.
+            drafter.forget_requests();
         }
     }
 
@@ -697,6 +699,10 @@ pub(crate) fn run<B: Backend>(args: &BenchArgs, device: &B::Device) -> Result<()
         options.max_new_tokens = group.max_new_tokens;
         options.cache_capacity = Some(cache_capacity(group));
         for repeat in 0..args.repeats {
+            // Each repeat starts as the first did: no drafter has seen these prompts' answers.
+            for (_, drafter) in &mut group.methods {
+                drafter.forget_requests();
+            }
             for (i, prompt) in &group.prompts {
                 let p = &prompts[*i];
                 // Methods run back to back on each prompt, so load drift on a shared machine

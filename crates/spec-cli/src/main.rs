@@ -111,6 +111,7 @@ impl GenerateArgs {
             ngram_max: self.ngram_max,
             ngram_min: self.ngram_min,
             bigram: self.bigram.clone(),
+            history: None,
         }
     }
 }
@@ -141,6 +142,7 @@ fn make_drafter<B: Backend>(
                     ngram_max: args.ngram_max.unwrap_or(spec_ngram::DEFAULT_NGRAM_MAX),
                     ngram_min: args.ngram_min.unwrap_or(spec_ngram::DEFAULT_NGRAM_MIN),
                     adaptive,
+                    history_tokens: args.history.unwrap_or(0),
                 },
             )?))
         }
@@ -151,10 +153,14 @@ fn make_drafter<B: Backend>(
                 );
             };
             let model = spec_ngram::BigramModel::load(file)?;
-            let k = fixed_k(args, spec_ngram::DEFAULT_BIGRAM_K)?;
+            let config = if matches!(args.k.as_deref(), None | Some("auto")) {
+                spec_ngram::BigramConfig::adaptive()
+            } else {
+                spec_ngram::BigramConfig::fixed(fixed_k(args, spec_ngram::DEFAULT_BIGRAM_K)?)
+            };
             let vocab = _target.config.vocab_size;
             Ok(Box::new(spec_ngram::BigramDrafter::new(
-                model, vocab, k, _device,
+                model, vocab, config, _device,
             )?))
         }
         "sampling" => sampling_drafter(args, _target, _tokenizer, _device, drafts),

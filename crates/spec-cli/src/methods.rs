@@ -20,6 +20,9 @@ pub(crate) struct MethodSpec {
     pub(crate) ngram_min: Option<usize>,
     /// The bigram model file of `bigram`.
     pub(crate) bigram: Option<PathBuf>,
+    /// Prompt lookup's cross-request cache, in tokens (`history=on|off|N`; bench only, since
+    /// `spec generate` makes one request).
+    pub(crate) history: Option<usize>,
 }
 
 /// A method as `spec bench` takes it: the drafter settings plus, optionally, the target model
@@ -33,7 +36,7 @@ pub(crate) struct BenchMethod {
 
 impl BenchMethod {
     /// Parses `NAME[:KEY=VALUE]...`; keys: `k`, `draft`, `target`, `ngram-max`, `ngram-min`,
-    /// `bigram`.
+    /// `bigram`, `history`.
     pub(crate) fn parse(text: &str) -> Result<Self> {
         let text = text.trim();
         let mut parts = text.split(':');
@@ -71,9 +74,16 @@ impl BenchMethod {
                 "ngram-max" => spec.ngram_max = Some(number("ngram-max")?),
                 "ngram-min" => spec.ngram_min = Some(number("ngram-min")?),
                 "bigram" => spec.bigram = Some(PathBuf::from(value)),
+                "history" => {
+                    spec.history = Some(match value {
+                        "on" => spec_ngram::DEFAULT_HISTORY_TOKENS,
+                        "off" => 0,
+                        _ => number("history (on, off or a token count)")?,
+                    })
+                }
                 other => bail!(
                     "`{text}`: unknown key `{other}` (known: k, draft, target, ngram-max, \
-                     ngram-min, bigram)"
+                     ngram-min, bigram, history)"
                 ),
             }
         }
@@ -127,6 +137,17 @@ mod tests {
         assert_eq!(m.spec.ngram_min, Some(2));
         assert_eq!(m.spec.k.as_deref(), Some("8"));
 
+        for (text, tokens) in [
+            (
+                "prompt-lookup:history=on",
+                spec_ngram::DEFAULT_HISTORY_TOKENS,
+            ),
+            ("prompt-lookup:history=off", 0),
+            ("prompt-lookup:history=5000", 5000),
+        ] {
+            assert_eq!(BenchMethod::parse(text).unwrap().spec.history, Some(tokens));
+        }
+
         let m = BenchMethod::parse(" plain ").unwrap();
         assert!(m.is_plain());
         assert_eq!(
@@ -148,6 +169,7 @@ mod tests {
             "bigram:k=x",
             "bigram:depth=3",
             "x:k=",
+            "prompt-lookup:history=maybe",
         ] {
             assert!(BenchMethod::parse(bad).is_err(), "{bad:?} should fail");
         }

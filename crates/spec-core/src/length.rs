@@ -91,6 +91,8 @@ pub struct AcceptanceRate {
     accepted: f64,
     trials: f64,
     decay: f64,
+    /// Prior successes and trials, added to the counts.
+    prior: (f64, f64),
 }
 
 impl Default for AcceptanceRate {
@@ -102,7 +104,7 @@ impl Default for AcceptanceRate {
 impl AcceptanceRate {
     /// The default weight kept by old counts at each record (a memory of ~10 records).
     pub const DECAY: f64 = 0.9;
-    /// Prior successes and trials.
+    /// The default prior: one success in two trials.
     const PRIOR: (f64, f64) = (1.0, 2.0);
 
     /// An estimate whose counts keep `decay ∈ (0, 1]` of their weight at each record (clamped).
@@ -116,6 +118,26 @@ impl AcceptanceRate {
             accepted: 0.0,
             trials: 0.0,
             decay,
+            prior: Self::PRIOR,
+        }
+    }
+
+    /// An estimate with `decay` as in [`AcceptanceRate::with_decay`] that starts at `alpha`
+    /// (clamped to `[0, 1]`) with the weight of `trials` trials (at least 0.1).
+    pub fn with_prior(decay: f64, alpha: f64, trials: f64) -> Self {
+        let alpha = if alpha.is_finite() {
+            alpha.clamp(0.0, 1.0)
+        } else {
+            0.5
+        };
+        let trials = if trials.is_finite() {
+            trials.max(0.1)
+        } else {
+            2.0
+        };
+        Self {
+            prior: (alpha * trials, trials),
+            ..Self::with_decay(decay)
         }
     }
 
@@ -138,7 +160,129 @@ impl AcceptanceRate {
 
     /// The smoothed acceptance rate.
     pub fn alpha(&self) -> f64 {
-        (self.accepted + Self::PRIOR.0) / (self.trials + Self::PRIOR.1)
+        (self.accepted + self.prior.0) / (self.trials + self.prior.1)
+    }
+}
+
+/// Acceptance rates kept apart by the drafter's confidence in its draft (e.g. the draft
+/// distribution's top probability), in equal-width buckets over `[0, 1]`.
+///
+/// A drafter whose acceptance is low on average may still be right most of the time when it is
+/// confident; one rate per bucket lets a length policy draft only there. Each bucket starts at
+/// its midpoint confidence (worth two trials), i.e. the guess that the drafter is calibrated.
+#[derive(Debug, Clone)]
+pub struct AcceptanceByConfidence {
+    rates: Vec<AcceptanceRate>,
+}
+
+impl AcceptanceByConfidence {
+    /// `buckets ≥ 1` buckets (clamped) whose counts decay as in [`AcceptanceRate::with_decay`].
+    pub fn new(buckets: usize, decay: f64) -> Self {
+        let buckets = buckets.max(1);
+        let rates = (0..buckets)
+            .map(|i| AcceptanceRate::with_prior(decay, (i as f64 + 0.5) / buckets as f64, 2.0))
+            .collect();
+        Self { rates }
+    }
+
+    /// The bucket of `confidence` (clamped to `[0, 1]`; NaN goes to the lowest).
+    pub fn bucket(&self, confidence: f64) -> usize {
+        let n = self.rates.len();
+        let c = if confidence.is_nan() {
+            0.0
+        } else {
+            confidence.clamp(0.0, 1.0)
+        };
+        ((c * n as f64) as usize).min(n - 1)
+    }
+
+    /// The acceptance rate of drafts made with `confidence`.
+    pub fn alpha(&self, confidence: f64) -> f64 {
+        self.rates[self.bucket(confidence)].alpha()
+    }
+
+    /// Records one tested draft made with `confidence`.
+    pub fn record(&mut self, confidence: f64, accepted: bool) {
+        let i = self.bucket(confidence);
+        self.rates[i].record_trial(accepted);
+    }
+
+    /// The per-bucket rates, lowest confidence first.
+    pub fn rates(&self) -> &[AcceptanceRate] {
+        &self.rates
+    }
+}
+
+/// The expected yield of a chain being drafted one token at a time, each draft `i` accepted
+/// (given the ones before it) with its own probability `α_i`:
+/// `E[τ] = 1 + α_1 + α_1·α_2 + … + α_1⋯α_K` (Leviathan et al. 2023, eq. 1, with the rate per
+/// position instead of one `α`).
+///
+/// [`ChainOutlook::worth_extending`] is the rule of a drafter that decides after each draft
+/// token whether one more pays: it looks one token ahead (a myopic rule), which needs only the
+/// next draft's rate, known before that token is drawn — so a sampled draft can stop early
+/// without biasing the tokens it proposed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ChainOutlook {
+    expected: f64,
+    reach: f64,
+    drafted: usize,
+}
+
+impl Default for ChainOutlook {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ChainOutlook {
+    /// No draft yet: one token (the step's own) expected.
+    pub fn new() -> Self {
+        Self {
+            expected: 1.0,
+            reach: 1.0,
+            drafted: 0,
+        }
+    }
+
+    /// Drafts so far.
+    pub fn drafted(&self) -> usize {
+        self.drafted
+    }
+
+    /// `E[τ]` of the chain so far.
+    pub fn expected_tokens(&self) -> f64 {
+        self.expected
+    }
+
+    /// The chain with one more draft, accepted with probability `alpha` (clamped to `[0, 1]`).
+    pub fn extended(&self, alpha: f64) -> Self {
+        let alpha = if alpha.is_nan() {
+            0.0
+        } else {
+            alpha.clamp(0.0, 1.0)
+        };
+        let reach = self.reach * alpha;
+        Self {
+            expected: self.expected + reach,
+            reach,
+            drafted: self.drafted + 1,
+        }
+    }
+
+    /// Whether one more draft with acceptance `alpha` raises `E[τ] / cost(K)`, `cost(K)` being a
+    /// step with `K` drafts in units of a plain decoding step (a non-finite or non-positive cost
+    /// never pays).
+    pub fn worth_extending(&self, alpha: f64, cost: impl Fn(usize) -> f64) -> bool {
+        let next = self.extended(alpha);
+        let (now, then) = (cost(self.drafted), cost(next.drafted));
+        if !(then.is_finite() && then > 0.0) {
+            return false;
+        }
+        if !(now.is_finite() && now > 0.0) {
+            return true;
+        }
+        next.expected / then > self.expected / now + 1e-12
     }
 }
 
@@ -149,10 +293,18 @@ impl AcceptanceRate {
 /// `(r(w) − 1)/(w − 1)`, weighted by `w − 1`), so one noisy average cannot lock a width out, and
 /// the model stays monotone. Until width 1 and a wider step have both been measured, `s` is
 /// [`WidthCosts::PRIOR_SLOPE`].
+///
+/// A drafter that stops making one-token steps would compare new wide steps with a stale
+/// one-token time (the machine's speed drifts), and a one-token time measured on a slow moment
+/// would make every width look free, so that nothing refreshes it: [`WidthCosts::wants_one_token_step`]
+/// asks for a plain step every [`WidthCosts::REFRESH`] steps, and each measurement is clipped
+/// to within 2× of its width's average before it enters it.
 #[derive(Debug, Clone, Default)]
 pub struct WidthCosts {
     /// `seconds[w - 1]`: the moving average of steps of width `w`.
     seconds: Vec<Option<f64>>,
+    /// Steps recorded since the last one-token step (or since the start).
+    since_one: usize,
 }
 
 impl WidthCosts {
@@ -163,6 +315,8 @@ impl WidthCosts {
     pub const PRIOR_SLOPE: f64 = 0.1;
     /// Widths above this share its bucket (the model is linear anyway).
     const MAX_WIDTH: usize = 64;
+    /// Steps after which [`WidthCosts::wants_one_token_step`] asks for a one-token step.
+    pub const REFRESH: usize = 32;
 
     /// Records one step of `width ≥ 1` tokens that took `seconds`.
     pub fn record(&mut self, width: usize, seconds: f64) {
@@ -176,8 +330,15 @@ impl WidthCosts {
         let slot = &mut self.seconds[w - 1];
         *slot = Some(match *slot {
             None => seconds,
-            Some(old) => old + Self::WEIGHT * (seconds - old),
+            Some(old) => old + Self::WEIGHT * (seconds.clamp(old / 2.0, old * 2.0) - old),
         });
+        self.since_one = if w == 1 { 0 } else { self.since_one + 1 };
+    }
+
+    /// Whether the next step should score one token only, because none did in the last
+    /// [`WidthCosts::REFRESH`] steps: the one-token time is every ratio's denominator.
+    pub fn wants_one_token_step(&self) -> bool {
+        self.since_one >= Self::REFRESH
     }
 
     /// The average time of a width-`w` step, if measured.
@@ -326,6 +487,67 @@ mod tests {
     }
 
     #[test]
+    fn a_prior_sets_the_starting_rate_and_fades() {
+        let mut rate = AcceptanceRate::with_prior(0.9, 0.2, 4.0);
+        assert!((rate.alpha() - 0.2).abs() < 1e-12);
+        for _ in 0..200 {
+            rate.record_trial(true);
+        }
+        // ~10 decayed successes against a prior worth 4 trials at 0.2.
+        assert!(rate.alpha() > 0.75, "{}", rate.alpha());
+        assert!((AcceptanceRate::with_prior(0.9, f64::NAN, -1.0).alpha() - 0.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn confidence_buckets_learn_apart() {
+        let mut by = AcceptanceByConfidence::new(4, 0.95);
+        // Calibrated start: the midpoints.
+        assert!((by.alpha(0.1) - 0.125).abs() < 1e-12);
+        assert!((by.alpha(0.9) - 0.875).abs() < 1e-12);
+        assert_eq!(by.bucket(1.0), 3);
+        assert_eq!(by.bucket(-3.0), 0);
+        assert_eq!(by.bucket(f64::NAN), 0);
+        assert_eq!(by.bucket(0.25), 1);
+        // Confident drafts that fail and unsure ones that succeed: each bucket follows its own.
+        for _ in 0..100 {
+            by.record(0.95, false);
+            by.record(0.05, true);
+        }
+        assert!(by.alpha(0.9) < 0.1, "{}", by.alpha(0.9));
+        assert!(by.alpha(0.1) > 0.9, "{}", by.alpha(0.1));
+        assert!((by.alpha(0.4) - 0.375).abs() < 1e-12);
+        assert_eq!(by.rates().len(), 4);
+    }
+
+    #[test]
+    fn a_chain_outlook_sums_per_position_rates() {
+        let chain = ChainOutlook::new()
+            .extended(0.5)
+            .extended(0.4)
+            .extended(1.5);
+        // 1 + 0.5 + 0.5·0.4 + 0.5·0.4·1 (the last rate clamped to 1).
+        assert!((chain.expected_tokens() - 1.9).abs() < 1e-12);
+        assert_eq!(chain.drafted(), 3);
+        // Equal rates agree with the closed form.
+        let mut same = ChainOutlook::new();
+        for _ in 0..5 {
+            same = same.extended(0.7);
+        }
+        assert!((same.expected_tokens() - expected_tokens(0.7, 5)).abs() < 1e-12);
+        // Verification of w tokens costs 1 + 0.1 (w − 1): a first draft pays iff α > 0.1.
+        let cost = |k: usize| 1.0 + 0.1 * k as f64;
+        assert!(!ChainOutlook::new().worth_extending(0.05, cost));
+        assert!(ChainOutlook::new().worth_extending(0.15, cost));
+        // Deeper in a chain the bar rises with what is already expected.
+        let deep = ChainOutlook::new().extended(0.9).extended(0.9);
+        assert!(!deep.worth_extending(0.15, cost));
+        assert!(deep.worth_extending(0.9, cost));
+        // A cost that rules the next length out stops the chain; a bad current cost does not.
+        assert!(!ChainOutlook::new().worth_extending(0.9, |k| if k == 1 { f64::NAN } else { 1.0 }));
+        assert!(ChainOutlook::new().worth_extending(0.9, |k| if k == 0 { 0.0 } else { 1.0 }));
+    }
+
+    #[test]
     fn width_costs_fit_a_slope() {
         let mut costs = WidthCosts::default();
         assert_eq!(costs.slope(), WidthCosts::PRIOR_SLOPE);
@@ -354,5 +576,22 @@ mod tests {
         odd.record(3, f64::NAN);
         odd.record(3, -1.0);
         assert_eq!(odd.seconds(3), None);
+    }
+
+    #[test]
+    fn width_costs_clip_outliers_and_ask_for_fresh_one_token_steps() {
+        let mut costs = WidthCosts::default();
+        costs.record(1, 0.010);
+        // A 50× stall counts as 2×: the average moves by 0.2 · 10 ms, not by 0.2 · 490 ms.
+        costs.record(1, 0.5);
+        assert!((costs.seconds(1).unwrap() - 0.012).abs() < 1e-12);
+        // Wide steps only: after REFRESH of them, a one-token step is wanted, until one is made.
+        for i in 0..WidthCosts::REFRESH {
+            assert!(!costs.wants_one_token_step(), "{i}");
+            costs.record(3, 0.013);
+        }
+        assert!(costs.wants_one_token_step());
+        costs.record(1, 0.010);
+        assert!(!costs.wants_one_token_step());
     }
 }

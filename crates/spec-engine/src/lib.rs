@@ -87,6 +87,11 @@ pub trait Drafter<B: Backend> {
     /// Tells the drafter what the target decided for its last draft; `context` now ends with the
     /// step's tokens (accepted drafts, then the verdict's next token).
     fn accepted(&mut self, context: &[u32], tree: &TokenTree, verdict: &Verdict) -> Result<()>;
+
+    /// Forgets the text of earlier requests, for drafters that keep it (prompt lookup's
+    /// cross-request cache); what the drafter measured of the machine may stay. A benchmark
+    /// calls this after its warm-up so no prompt is measured against its own earlier answer.
+    fn forget_requests(&mut self) {}
 }
 
 /// The drafter of plain decoding: proposes nothing.

@@ -108,6 +108,8 @@ pub struct BigramModel {
     log_unigram: Vec<f32>,
     /// Per previous token: `c(a)` and `T(a)`.
     row_totals: Vec<(u64, u64)>,
+    /// The most frequent token (lowest index on ties) and `u` of it.
+    top_unigram: (u32, f64),
 }
 
 impl BigramModel {
@@ -127,6 +129,14 @@ impl BigramModel {
                 (total, (e - s) as u64)
             })
             .collect();
+        let top = unigram
+            .iter()
+            .enumerate()
+            .fold(0, |best, (i, &c)| if c > unigram[best] { i } else { best });
+        let top_unigram = (
+            top as u32,
+            (f64::from(unigram.get(top).copied().unwrap_or(0)) + 1.0) / denom,
+        );
         Self {
             unigram,
             offsets,
@@ -134,6 +144,7 @@ impl BigramModel {
             counts,
             log_unigram,
             row_totals,
+            top_unigram,
         }
     }
 
@@ -196,14 +207,41 @@ impl BigramModel {
 
     /// The most likely next token after `prev` (lowest index on ties).
     pub fn argmax(&self, prev: u32) -> u32 {
-        let row = self.log_row(prev);
-        let mut best = 0;
-        for (i, &v) in row.iter().enumerate() {
-            if v > row[best] {
-                best = i;
+        self.top(prev).0
+    }
+
+    /// The most likely next token after `prev` (lowest index on ties) and its probability,
+    /// without building the row: an observed follower `b` has `q(b | a) ≥ T(a)·u(b) / (c(a) +
+    /// T(a))`, so the row's maximum is an observed follower's or, if the most frequent unigram
+    /// token was not observed after `a`, that token's back-off value.
+    pub fn top(&self, prev: u32) -> (u32, f64) {
+        let u = |b: u32| f64::from(self.log_unigram[b as usize]).exp();
+        let (c, t) = self
+            .row_totals
+            .get(prev as usize)
+            .copied()
+            .unwrap_or((0, 0));
+        let (top_unigram, u_top) = self.top_unigram;
+        if c == 0 {
+            return (top_unigram, u_top);
+        }
+        let denom = (c + t) as f64;
+        let mut best: Option<(u32, f64)> = None;
+        let mut top_unigram_seen = false;
+        for (b, cab) in self.followers(prev) {
+            top_unigram_seen |= b == top_unigram;
+            let q = (f64::from(cab) + t as f64 * u(b)) / denom;
+            if best.is_none_or(|(bb, bq)| q > bq || (q == bq && b < bb)) {
+                best = Some((b, q));
             }
         }
-        best as u32
+        if !top_unigram_seen {
+            let q = t as f64 * u_top / denom;
+            if best.is_none_or(|(bb, bq)| q > bq || (q == bq && top_unigram < bb)) {
+                best = Some((top_unigram, q));
+            }
+        }
+        best.unwrap_or((top_unigram, u_top))
     }
 
     /// The file image of this model (format in the module docs).
@@ -371,6 +409,17 @@ mod tests {
         let unseen = 2.0 * u(4) / 6.0;
         assert!((f64::from(row[4]).exp() - unseen).abs() < 1e-6);
         assert_eq!(model.argmax(1), 2);
+        let (token, probability) = model.top(1);
+        assert_eq!(token, 2);
+        assert!((probability - expect).abs() < 1e-6);
+        // The closed form agrees with a scan of every row (unseen previous tokens included).
+        for a in 0..7u32 {
+            let row = model.log_row(a);
+            let (token, probability) = model.top(a);
+            let best = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            assert_eq!(row[token as usize], best, "row {a}");
+            assert!((probability.ln() - f64::from(best)).abs() < 1e-5, "row {a}");
+        }
         // Token 4 never occurs as a previous token: the unigram row, argmax = token 1.
         assert_eq!(model.argmax(4), 1);
     }

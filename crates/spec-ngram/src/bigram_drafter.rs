@@ -1,8 +1,11 @@
 //! The drafter that samples from a [`BigramModel`].
 
+use std::time::Instant;
+
 use burn::tensor::backend::Backend;
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::{ElementConversion, Tensor, TensorData};
 use spec_core::error::Source;
+use spec_core::length::{AcceptanceByConfidence, ChainOutlook, WidthCosts};
 use spec_core::rng::SpecRng;
 use spec_core::sampling::{SamplingConfig, probabilities, sample_probabilities};
 use spec_core::tree::TokenTree;
@@ -12,29 +15,101 @@ use spec_engine::{Draft, Drafter};
 use crate::bigram::BigramModel;
 use crate::error::{NgramError, Result};
 
-/// Default draft length of the bigram drafter.
+/// Default fixed draft length of the bigram drafter.
 pub const DEFAULT_BIGRAM_K: usize = 2;
+/// Default longest draft of the adaptive length ([`BigramConfig::adaptive`]).
+pub const DEFAULT_BIGRAM_K_MAX: usize = 4;
+/// Confidence buckets of the adaptive length: tenths of the draft row's top probability.
+const CONFIDENCE_BUCKETS: usize = 10;
+/// Memory of the per-bucket acceptance (~50 trials): the rates describe the bigram against the
+/// target, which changes slowly with the text, so they carry over between requests.
+const ACCEPTANCE_DECAY: f64 = 0.98;
+/// Weight of a new measurement in the moving average of the drafting time per token.
+const DRAFT_TIME_WEIGHT: f64 = 0.2;
 
-/// Drafts `K` tokens from a bigram model (see the crate docs for the rule).
+/// Settings of [`BigramDrafter`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BigramConfig {
+    /// Longest draft (tokens per step).
+    pub k: usize,
+    /// Decide after each draft token whether one more pays, from the acceptance measured at the
+    /// next row's confidence and the measured step costs (see the crate docs); otherwise every
+    /// step drafts `k` tokens.
+    pub adaptive: bool,
+}
+
+/// The adaptive length up to [`DEFAULT_BIGRAM_K_MAX`] drafts.
+impl Default for BigramConfig {
+    fn default() -> Self {
+        Self::adaptive()
+    }
+}
+
+impl BigramConfig {
+    /// The adaptive length, up to [`DEFAULT_BIGRAM_K_MAX`] drafts.
+    pub fn adaptive() -> Self {
+        Self {
+            k: DEFAULT_BIGRAM_K_MAX,
+            adaptive: true,
+        }
+    }
+
+    /// Every step drafts `k` tokens.
+    pub fn fixed(k: usize) -> Self {
+        Self { k, adaptive: false }
+    }
+}
+
+/// The step in flight, remembered to learn from its outcome.
+#[derive(Debug, Clone)]
+struct PendingStep {
+    /// The confidence (top probability of the draft row) of each proposed draft.
+    confidences: Vec<f64>,
+    /// The draft the chain stopped before, with its row's confidence: when every proposed draft
+    /// is accepted, comparing it with the step's next token is a free trial.
+    shadow: Option<(u32, f64)>,
+    /// The context length when drafting (the step's first output lands at this index).
+    context_len: usize,
+    /// When [`Drafter::draft`] returned: the step's time runs from here to `accepted`.
+    returned: Instant,
+}
+
+/// One row of a draft: the token drawn from it and the row's top probability.
+struct DraftRow<B: Backend> {
+    token: u32,
+    confidence: f64,
+    /// The row `q` as the verifier needs it (sampling only).
+    q: Option<Tensor<B, 2>>,
+}
+
+/// Drafts up to `K` tokens from a bigram model (see the crate docs for the rule).
 #[derive(Debug)]
 pub struct BigramDrafter<B: Backend> {
     model: BigramModel,
     k: usize,
+    adaptive: bool,
     device: B::Device,
     row: Vec<f32>,
+    acceptance: AcceptanceByConfidence,
+    costs: WidthCosts,
+    /// Moving average of the seconds spent drafting one token.
+    draft_seconds: Option<f64>,
+    /// Costs given instead of measured: `(s, c)` for `cost(K) = 1 + s·K + c·K`.
+    fixed_costs: Option<(f64, f64)>,
+    pending: Option<PendingStep>,
 }
 
 impl<B: Backend> BigramDrafter<B> {
     /// Checks that `model` covers exactly the target's vocabulary (`target_vocab`, the number of
-    /// logits per row) and that `k ≥ 1`.
+    /// logits per row) and that `config.k ≥ 1`.
     pub fn new(
         model: BigramModel,
         target_vocab: usize,
-        k: usize,
+        config: BigramConfig,
         device: &B::Device,
     ) -> Result<Self> {
-        if k == 0 {
-            return Err(NgramError::InvalidK(k));
+        if config.k == 0 {
+            return Err(NgramError::InvalidK(config.k));
         }
         if model.vocab_size() != target_vocab {
             return Err(NgramError::VocabMismatch {
@@ -44,9 +119,15 @@ impl<B: Backend> BigramDrafter<B> {
         }
         Ok(Self {
             model,
-            k,
+            k: config.k,
+            adaptive: config.adaptive,
             device: device.clone(),
             row: Vec::new(),
+            acceptance: AcceptanceByConfidence::new(CONFIDENCE_BUCKETS, ACCEPTANCE_DECAY),
+            costs: WidthCosts::default(),
+            draft_seconds: None,
+            fixed_costs: None,
+            pending: None,
         })
     }
 
@@ -54,43 +135,114 @@ impl<B: Backend> BigramDrafter<B> {
         &self.model
     }
 
-    /// Drafts after `root`: `(tokens, q rows)`, the rows absent when greedy.
+    /// The acceptance measured so far by draft confidence.
+    pub fn acceptance(&self) -> &AcceptanceByConfidence {
+        &self.acceptance
+    }
+
+    /// Uses the given costs instead of measuring them: a verification of `w` tokens costs
+    /// `1 + width_slope·(w − 1)` decode steps and a draft token `draft_cost` steps. For a machine
+    /// whose costs are known, and for tests that must not depend on timings.
+    pub fn with_fixed_costs(mut self, width_slope: f64, draft_cost: f64) -> Self {
+        self.fixed_costs = Some((width_slope, draft_cost));
+        self
+    }
+
+    /// The cost of a step with `k` drafts in plain decoding steps: the verification's width
+    /// cost `r(k + 1)` plus `k` draft tokens at their measured share of a one-token step.
+    fn step_cost(&self, k: usize) -> f64 {
+        if let Some((slope, draft)) = self.fixed_costs {
+            return 1.0 + (slope + draft) * k as f64;
+        }
+        let per_draft = match (self.draft_seconds, self.costs.seconds(1)) {
+            (Some(draft), Some(step)) if step > 0.0 => draft / step,
+            _ => 0.0,
+        };
+        self.costs.relative(k + 1) + k as f64 * per_draft
+    }
+
+    /// The next draft row after `prev`: greedy takes the argmax as a point mass; sampling draws
+    /// from `probabilities(ln q(· | prev), sampling)`, the settings the verifier applies to the
+    /// target.
+    fn next_row(
+        &mut self,
+        prev: u32,
+        sampling: &SamplingConfig,
+        rng: &mut SpecRng,
+    ) -> Result<DraftRow<B>> {
+        if sampling.is_greedy() {
+            let (token, probability) = self.model.top(prev);
+            return Ok(DraftRow {
+                token,
+                confidence: probability,
+                q: None,
+            });
+        }
+        self.model.log_row_into(prev, &mut self.row);
+        let vocab = self.model.vocab_size();
+        let logits =
+            Tensor::<B, 2>::from_data(TensorData::new(self.row.clone(), [1, vocab]), &self.device);
+        let q = probabilities(logits, sampling)?;
+        let confidence = f64::from(q.clone().max().into_scalar().elem::<f32>());
+        let drawn = sample_probabilities(q.clone(), rng, Source::Draft)?;
+        let token = drawn.first().copied().ok_or_else(|| {
+            NgramError::Spec(spec_core::error::SpecError::Shape(
+                "sampling one draft row returned no token".into(),
+            ))
+        })?;
+        Ok(DraftRow {
+            token,
+            confidence,
+            q: Some(q),
+        })
+    }
+
+    /// Drafts after `root`, up to `depth` tokens: the tokens, their confidences, the q rows
+    /// (sampling only) and, when the adaptive rule stopped the chain early, the draft it
+    /// stopped before.
+    ///
+    /// The rule decides on draft `i` from its row's confidence before looking at its token, so
+    /// which drafts are proposed never depends on their own values (exactness needs each
+    /// proposed token to be distributed as its row).
+    #[allow(clippy::type_complexity)]
     fn propose(
         &mut self,
         root: u32,
         depth: usize,
         sampling: &SamplingConfig,
         rng: &mut SpecRng,
-    ) -> Result<(Vec<u32>, Option<Tensor<B, 2>>)> {
+    ) -> Result<(Vec<u32>, Vec<f64>, Option<Tensor<B, 2>>, Option<(u32, f64)>)> {
         let mut tokens = Vec::with_capacity(depth);
+        let mut confidences = Vec::with_capacity(depth);
+        let mut rows = Vec::new();
+        let mut chain = ChainOutlook::new();
+        let mut shadow = None;
         let mut prev = root;
-        if sampling.is_greedy() {
-            for _ in 0..depth {
-                prev = self.model.argmax(prev);
-                tokens.push(prev);
-            }
-            return Ok((tokens, None));
-        }
-        let vocab = self.model.vocab_size();
-        let mut rows = Vec::with_capacity(depth);
+        // A plain step now and then keeps the one-token time, every cost's unit, fresh; its
+        // first row still makes a free trial.
+        let refresh =
+            self.adaptive && self.fixed_costs.is_none() && self.costs.wants_one_token_step();
         for _ in 0..depth {
-            self.model.log_row_into(prev, &mut self.row);
-            let logits = Tensor::<B, 2>::from_data(
-                TensorData::new(self.row.clone(), [1, vocab]),
-                &self.device,
-            );
-            // The same settings the verifier applies to the target's logits.
-            let q = probabilities(logits, sampling)?;
-            let drawn = sample_probabilities(q.clone(), rng, Source::Draft)?;
-            prev = drawn.first().copied().ok_or_else(|| {
-                NgramError::Spec(spec_core::error::SpecError::Shape(
-                    "sampling one draft row returned no token".into(),
-                ))
-            })?;
-            tokens.push(prev);
-            rows.push(q);
+            let row = self.next_row(prev, sampling, rng)?;
+            if refresh {
+                shadow = Some((row.token, row.confidence));
+                break;
+            }
+            if self.adaptive {
+                let alpha = self.acceptance.alpha(row.confidence);
+                if !chain.worth_extending(alpha, |k| self.step_cost(k)) {
+                    shadow = Some((row.token, row.confidence));
+                    break;
+                }
+                chain = chain.extended(alpha);
+            }
+            prev = row.token;
+            tokens.push(row.token);
+            confidences.push(row.confidence);
+            rows.extend(row.q);
         }
-        Ok((tokens, Some(Tensor::cat(rows, 0))))
+        let q = (!rows.is_empty()).then(|| Tensor::cat(rows, 0));
+        Ok((tokens, confidences, q, shadow))
     }
 }
 
@@ -100,6 +252,7 @@ impl<B: Backend> Drafter<B> for BigramDrafter<B> {
     }
 
     fn begin(&mut self, _prompt: &[u32]) -> spec_engine::Result<()> {
+        self.pending = None;
         Ok(())
     }
 
@@ -116,10 +269,23 @@ impl<B: Backend> Drafter<B> for BigramDrafter<B> {
             ));
         };
         let depth = self.k.min(max_depth);
-        if depth == 0 {
-            return Ok(Draft::none(root));
+        let started = Instant::now();
+        let (tokens, confidences, q, shadow) = self.propose(root, depth, sampling, rng)?;
+        // Rows computed: the drafts plus the one the chain stopped before.
+        let rows = tokens.len() + usize::from(shadow.is_some());
+        if rows > 0 {
+            let per_row = started.elapsed().as_secs_f64() / rows as f64;
+            self.draft_seconds = Some(match self.draft_seconds {
+                None => per_row,
+                Some(old) => old + DRAFT_TIME_WEIGHT * (per_row - old),
+            });
         }
-        let (tokens, q) = self.propose(root, depth, sampling, rng)?;
+        self.pending = Some(PendingStep {
+            confidences,
+            shadow,
+            context_len: context.len(),
+            returned: Instant::now(),
+        });
         Ok(Draft {
             tree: TokenTree::chain(root, &tokens),
             proposal: q.map_or(Proposal::Deterministic, Proposal::Sampled),
@@ -129,10 +295,138 @@ impl<B: Backend> Drafter<B> for BigramDrafter<B> {
 
     fn accepted(
         &mut self,
-        _context: &[u32],
+        context: &[u32],
         _tree: &TokenTree,
-        _verdict: &Verdict,
+        verdict: &Verdict,
     ) -> spec_engine::Result<()> {
+        let Some(step) = self.pending.take() else {
+            return Ok(());
+        };
+        let drafted = step.confidences.len();
+        self.costs
+            .record(drafted + 1, step.returned.elapsed().as_secs_f64());
+        let accepted = verdict.accepted.len().min(drafted);
+        // Drafts are tested in order up to the first rejection; later ones were never tested.
+        for (i, &confidence) in step.confidences.iter().enumerate().take(accepted + 1) {
+            self.acceptance.record(confidence, i < accepted);
+        }
+        if accepted == drafted
+            && let (Some((token, confidence)), Some(&produced)) =
+                (step.shadow, context.get(step.context_len + drafted))
+        {
+            // Greedy: a point mass on x is accepted iff the step outputs x, so this is an exact
+            // trial. Sampling: x was drawn from q and matches with probability Σ q·p, a lower
+            // bound of the acceptance Σ min(p, q); it only steers the length, never the output.
+            self.acceptance.record(confidence, produced == token);
+        }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::bigram::BigramCounts;
+
+    type B = burn::backend::Flex;
+
+    /// After 1 comes 2 and after 2 comes 3, certainly; after 3 one of 4..=7, evenly (the
+    /// argmax, 4, has q ≈ 0.23); after those, 1.
+    fn model() -> BigramModel {
+        let mut counts = BigramCounts::new(8).unwrap();
+        for _ in 0..10 {
+            for x in 4..=7 {
+                counts.add_sequence(&[1, 2, 3, x, 1]).unwrap();
+            }
+        }
+        counts.finish()
+    }
+
+    /// One greedy engine step against a scripted target whose next token after a prefix is
+    /// `truth`. Returns (drafted, accepted).
+    fn scripted_step(
+        drafter: &mut BigramDrafter<B>,
+        context: &mut Vec<u32>,
+        truth: &dyn Fn(&[u32]) -> u32,
+    ) -> (usize, usize) {
+        let mut rng = SpecRng::new(0);
+        let draft = drafter
+            .draft(context, 16, &SamplingConfig::greedy(), &mut rng)
+            .unwrap();
+        let tree = draft.tree;
+        let mut accepted = Vec::new();
+        for (i, &d) in tree.tokens()[1..].iter().enumerate() {
+            if d != truth(context) {
+                break;
+            }
+            context.push(d);
+            accepted.push(i + 1);
+        }
+        let verdict = Verdict {
+            next_token: truth(context),
+            accepted,
+        };
+        context.push(verdict.next_token);
+        drafter.accepted(context, &tree, &verdict).unwrap();
+        (tree.drafted(), verdict.accepted.len())
+    }
+
+    #[test]
+    fn adaptive_length_drafts_where_the_bigram_is_confident_and_right() {
+        let device = Default::default();
+        let mut drafter = BigramDrafter::<B>::new(model(), 8, BigramConfig::adaptive(), &device)
+            .unwrap()
+            .with_fixed_costs(0.1, 0.0);
+        let mut context = vec![3];
+        drafter.begin(&context).unwrap();
+        // Phase 1: the text is 3 5 1 2 3 5 1 2 …; the bigram guesses 4 after 3 and is wrong.
+        let five = |c: &[u32]| -> u32 {
+            match c.last() {
+                Some(1) => 2,
+                Some(2) => 3,
+                Some(3) => 5,
+                _ => 1,
+            }
+        };
+        let steps: Vec<_> = (0..150)
+            .map(|_| scripted_step(&mut drafter, &mut context, &five))
+            .collect();
+        // The unsure guess after 3 was tried at first (its bucket starts at α 0.25) …
+        assert!(steps[0].0 >= 1 && steps[0].1 == 0, "{steps:?}");
+        // … then chains stop before it: 5 → 1 2 3, all accepted, and the step makes the 5.
+        assert!(steps[50..].iter().all(|&s| s == (3, 3)), "{steps:?}");
+        let unsure = drafter.acceptance().alpha(0.23);
+        assert!(unsure < 0.1, "{unsure}");
+        // Phase 2: now 4 follows 3, as the bigram guesses; only the free shadow trials (the
+        // draft a chain stopped before, scored against the step's output) can show it.
+        let four = |c: &[u32]| -> u32 {
+            match c.last() {
+                Some(1) => 2,
+                Some(2) => 3,
+                Some(3) => 4,
+                _ => 1,
+            }
+        };
+        let steps: Vec<_> = (0..200)
+            .map(|_| scripted_step(&mut drafter, &mut context, &four))
+            .collect();
+        // Chains run through 3 again, to the longest draft, all accepted.
+        assert!(
+            steps[150..]
+                .iter()
+                .all(|&s| s == (DEFAULT_BIGRAM_K_MAX, DEFAULT_BIGRAM_K_MAX)),
+            "{steps:?}"
+        );
+        assert!(drafter.acceptance().alpha(0.23) > 0.5);
+        // The fixed rule drafts K tokens whatever happened.
+        let mut fixed =
+            BigramDrafter::<B>::new(model(), 8, BigramConfig::fixed(2), &device).unwrap();
+        let mut context = vec![3];
+        let steps: Vec<_> = (0..50)
+            .map(|_| scripted_step(&mut fixed, &mut context, &five))
+            .collect();
+        assert!(steps.iter().all(|&(d, _)| d == 2));
     }
 }

@@ -39,6 +39,16 @@
 //! `s` is fitted to the request's own step times by width (`spec_core::length::WidthCosts`).
 //! The choice depends only on earlier steps, so the output law is unchanged.
 //!
+//! ## Cross-request cache (`history=on` in `spec bench`, [`PromptLookupConfig::with_history`])
+//! Off by default. When on, each finished request (prompt and output) is appended to a second
+//! index of the same n-grams, ended by a token id no tokenizer has, so no n-gram or continuation
+//! spans two requests; when the current context has no match, the suffix is looked up there
+//! (llama.cpp's "dynamic" lookup cache plays this part). Its matches have their own acceptance
+//! rates. The cache keeps up to `history_tokens` tokens (default [`DEFAULT_HISTORY_TOKENS`]),
+//! dropping the older half when full. Exactness is unchanged: the draft is still a point mass
+//! fixed before the step. `Drafter::forget_requests` empties it (the bench does so after its
+//! warm-up and before each repeat, so no prompt meets its own earlier answer).
+//!
 //! # Bigram draft model ([`BigramModel`], [`BigramDrafter`])
 //! A token bigram model over a corpus tokenized with the target's tokenizer, smoothed by
 //! interpolated Witten–Bell with an add-one unigram:
@@ -60,8 +70,28 @@
 //! point masses (`Proposal::Deterministic`), which greedy verification accepts iff each is the
 //! target's argmax.
 //!
-//! Knobs: `k` (default [`DEFAULT_BIGRAM_K`]); the model file (see [`bigram`] for the format,
-//! `cargo xtask train-bigram` to make one).
+//! ## Adaptive length (`--k auto`, [`BigramConfig::adaptive`], the default)
+//! A bigram is right about the target's next token rarely on average (α ≈ 0.11 greedy with
+//! SmolLM2-135M), but not uniformly: after the first half of a split word its top guess is
+//! often certain. Acceptance is therefore counted per bucket of the draft row's top probability
+//! `c_i = max_b q_i(b)` (tenths of `[0, 1]`, each starting at its midpoint), `α(c)`, and after
+//! `j` drafts the chain takes draft `j + 1` only if it raises the expected speed-up:
+//!
+//! ```text
+//! E_{j+1} / cost(j + 1) > E_j / cost(j),   E_j = 1 + Σ_{i ≤ j} Π_{l ≤ i} α(c_l),
+//! cost(K) = r(K + 1) + K · t_draft / t_step
+//! ```
+//!
+//! (Leviathan et al. 2023, eq. 1 with a rate per position; `spec_core::length::ChainOutlook`;
+//! `r` as for prompt lookup, `t_draft` the measured time to draft one token). The decision on
+//! draft `j + 1` uses its row's confidence, known before its token is drawn, so the proposed
+//! tokens are still distributed as their rows and verification stays exact; `K = 0` is a plain
+//! step. The draft the chain stopped before is scored against the step's output when every
+//! proposed draft was accepted (exact for greedy; for sampling `P(x = y) = Σ q·p`, a lower bound
+//! of the acceptance `Σ min(p, q)`, used for the length only).
+//!
+//! Knobs: `k` (fixed, default [`DEFAULT_BIGRAM_K`]; adaptive up to [`DEFAULT_BIGRAM_K_MAX`]); the
+//! model file (see [`bigram`] for the format, `cargo xtask train-bigram` to make one).
 
 mod bigram_drafter;
 mod error;
@@ -70,9 +100,9 @@ mod lookup;
 pub mod bigram;
 
 pub use bigram::{BigramCounts, BigramModel};
-pub use bigram_drafter::{BigramDrafter, DEFAULT_BIGRAM_K};
+pub use bigram_drafter::{BigramConfig, BigramDrafter, DEFAULT_BIGRAM_K, DEFAULT_BIGRAM_K_MAX};
 pub use error::{NgramError, Result};
 pub use lookup::{
-    DEFAULT_LOOKUP_K, DEFAULT_LOOKUP_K_MAX, DEFAULT_NGRAM_MAX, DEFAULT_NGRAM_MIN, LookupMatch,
-    NgramIndex, PromptLookup, PromptLookupConfig,
+    DEFAULT_HISTORY_TOKENS, DEFAULT_LOOKUP_K, DEFAULT_LOOKUP_K_MAX, DEFAULT_NGRAM_MAX,
+    DEFAULT_NGRAM_MIN, LookupMatch, NgramIndex, PromptLookup, PromptLookupConfig,
 };

@@ -32,6 +32,11 @@ pub const DEFAULT_LOOKUP_K_MAX: usize = 8;
 const ACCEPTANCE_DECAY: f64 = 0.95;
 /// Largest n-gram size accepted (keeps per-token hashing cheap).
 const NGRAM_LIMIT: usize = 16;
+/// Default size of the cross-request cache ([`PromptLookupConfig::with_history`]).
+pub const DEFAULT_HISTORY_TOKENS: usize = 1 << 20;
+/// Ends each request in the cross-request cache: no tokenizer has this id, so no n-gram spans
+/// two requests and no continuation runs into the next one.
+const REQUEST_END: u32 = u32::MAX;
 
 /// Where the context's suffix matched earlier text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,9 +126,16 @@ impl NgramIndex {
     /// The most recent earlier occurrence of the sequence's last `n` tokens, for the largest
     /// `n` (from `n_max` down to `n_min`) that has one.
     pub fn find(&self) -> Option<LookupMatch> {
-        let len = self.tokens.len();
+        self.find_suffix_of(&self.tokens)
+    }
+
+    /// The most recent occurrence in this index of the last `n` tokens of `query` (another
+    /// sequence, or this one), for the largest `n` from `n_max` down to `n_min` that has one.
+    /// An occurrence counts only once a token has followed it.
+    pub fn find_suffix_of(&self, query: &[u32]) -> Option<LookupMatch> {
+        let len = query.len();
         (self.n_min..=self.n_max.min(len)).rev().find_map(|n| {
-            let suffix = &self.tokens[len - n..];
+            let suffix = &query[len - n..];
             let &start = self.maps[n - self.n_min].get(&hash(suffix))?;
             (self.tokens[start - n..start] == *suffix).then_some(LookupMatch { n, start })
         })
@@ -176,6 +188,9 @@ pub struct PromptLookupConfig {
     /// Choose each step's length in `0..=k` from the run's acceptance and step-cost estimates
     /// (see the crate docs); otherwise every match drafts up to `k` tokens.
     pub adaptive: bool,
+    /// Tokens of earlier requests (prompts and outputs) kept for matching when the current
+    /// context has no match: the cross-request cache. 0 turns it off.
+    pub history_tokens: usize,
 }
 
 /// The adaptive length up to [`DEFAULT_LOOKUP_K_MAX`] drafts.
@@ -193,6 +208,15 @@ impl PromptLookupConfig {
             ngram_max: DEFAULT_NGRAM_MAX,
             ngram_min: DEFAULT_NGRAM_MIN,
             adaptive: true,
+            history_tokens: 0,
+        }
+    }
+
+    /// These settings with a cross-request cache of up to `tokens` tokens.
+    pub fn with_history(self, tokens: usize) -> Self {
+        Self {
+            history_tokens: tokens,
+            ..self
         }
     }
 
@@ -206,11 +230,20 @@ impl PromptLookupConfig {
     }
 }
 
+/// Where a match was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// The current request's prompt and output.
+    Context,
+    /// Earlier requests (the cross-request cache).
+    History,
+}
+
 /// What the drafter remembers of the step in flight, to learn from its outcome.
 #[derive(Debug, Clone, Copy)]
 struct PendingStep {
-    /// The size of the n-gram that matched, if one did.
-    n: Option<usize>,
+    /// Where the match was and the size of the n-gram that matched, if one did.
+    found: Option<(Origin, usize)>,
     /// Drafts proposed.
     drafted: usize,
     /// The match's first continuation token when it was not proposed (length 0 chosen): scored
@@ -230,6 +263,11 @@ pub struct PromptLookup {
     index: NgramIndex,
     /// `acceptance[n - ngram_min]`: α of drafts from matches of size `n`.
     acceptance: Vec<AcceptanceRate>,
+    /// Earlier requests, each followed by [`REQUEST_END`] (`None`: no cross-request cache).
+    history: Option<NgramIndex>,
+    history_tokens: usize,
+    /// α of drafts from matches in `history`, by `n` as `acceptance`.
+    history_acceptance: Vec<AcceptanceRate>,
     costs: WidthCosts,
     pending: Option<PendingStep>,
 }
@@ -241,17 +279,51 @@ impl PromptLookup {
             return Err(NgramError::InvalidK(config.k));
         }
         let index = NgramIndex::new(config.ngram_min, config.ngram_max)?;
+        let sizes = config.ngram_max - config.ngram_min + 1;
+        let history = (config.history_tokens > 0).then(|| index.clone());
         Ok(Self {
             k: config.k,
             adaptive: config.adaptive,
             index,
-            acceptance: vec![
-                AcceptanceRate::with_decay(ACCEPTANCE_DECAY);
-                config.ngram_max - config.ngram_min + 1
-            ],
+            acceptance: vec![AcceptanceRate::with_decay(ACCEPTANCE_DECAY); sizes],
+            history,
+            history_tokens: config.history_tokens,
+            history_acceptance: vec![AcceptanceRate::with_decay(ACCEPTANCE_DECAY); sizes],
             costs: WidthCosts::default(),
             pending: None,
         })
+    }
+
+    /// Tokens in the cross-request cache (0 when it is off).
+    pub fn history_len(&self) -> usize {
+        self.history.as_ref().map_or(0, NgramIndex::len)
+    }
+
+    /// Adds the request that just ended (the index's tokens) to the cross-request cache,
+    /// keeping the newest half of the cache when it would overflow.
+    fn remember_request(&mut self) {
+        let Some(history) = &mut self.history else {
+            return;
+        };
+        if self.index.is_empty() {
+            return;
+        }
+        let incoming = self.index.len() + 1;
+        if history.len() + incoming > self.history_tokens {
+            let keep = (self.history_tokens / 2).min(history.len());
+            let tail = history.tokens()[history.len() - keep..].to_vec();
+            history.clear();
+            // Start at a request boundary so no n-gram is cut in half.
+            let from = tail
+                .iter()
+                .position(|&t| t == REQUEST_END)
+                .map_or(tail.len(), |i| i + 1);
+            history.extend(&tail[from..]);
+        }
+        if incoming <= self.history_tokens {
+            history.extend(self.index.tokens());
+            history.push(REQUEST_END);
+        }
     }
 
     /// The running acceptance rate of drafts from matches of size `n` (`None` outside
@@ -269,11 +341,19 @@ impl PromptLookup {
     /// How many of `available` continuation tokens of a size-`n` match to propose: all of them
     /// (up to `k`) when fixed; when adaptive the `K ∈ 0..=available` maximizing
     /// `E[τ](α_n, K) / r(K + 1)`.
-    fn length(&self, n: usize, available: usize) -> usize {
+    fn length(&self, origin: Origin, n: usize, available: usize) -> usize {
         if !self.adaptive {
             return available;
         }
-        let alpha = self.alpha(n).unwrap_or(0.5);
+        if self.costs.wants_one_token_step() {
+            // Keeps the one-token time, every cost's unit, fresh; the match still makes a
+            // free trial.
+            return 0;
+        }
+        let alpha = self
+            .rates(origin)
+            .get(n.saturating_sub(self.index.n_min))
+            .map_or(0.5, AcceptanceRate::alpha);
         best_length_by(alpha, 0, available, |k| self.costs.relative(k + 1))
     }
 
@@ -282,26 +362,67 @@ impl PromptLookup {
         &self.index
     }
 
+    /// The acceptance rates of matches from `origin`, by n-gram size.
+    fn rates(&self, origin: Origin) -> &[AcceptanceRate] {
+        match origin {
+            Origin::Context => &self.acceptance,
+            Origin::History => &self.history_acceptance,
+        }
+    }
+
+    /// The index a match from `origin` points into.
+    fn source(&self, origin: Origin) -> &NgramIndex {
+        match (origin, &self.history) {
+            (Origin::History, Some(history)) => history,
+            _ => &self.index,
+        }
+    }
+
+    /// Up to `max` tokens of a match's continuation, cut at the end of its request.
+    fn continuation(&self, origin: Origin, start: usize, max: usize) -> &[u32] {
+        let tokens = self.source(origin).continuation(start, max);
+        let end = tokens
+            .iter()
+            .position(|&t| t == REQUEST_END)
+            .unwrap_or(tokens.len());
+        &tokens[..end]
+    }
+
     /// The tokens this drafter proposes after `context`, at most `max_depth` of them.
     pub fn propose(&mut self, context: &[u32], max_depth: usize) -> &[u32] {
         let (m, k) = self.plan(context, max_depth);
         match m {
-            Some(m) => self.index.continuation(m.start, k),
+            Some((origin, m)) => self.continuation(origin, m.start, k),
             None => &[],
         }
     }
 
-    /// The match after `context` and the draft length for it.
-    fn plan(&mut self, context: &[u32], max_depth: usize) -> (Option<LookupMatch>, usize) {
+    /// The match after `context` (in the context itself, else in earlier requests) and the
+    /// draft length for it.
+    fn plan(
+        &mut self,
+        context: &[u32],
+        max_depth: usize,
+    ) -> (Option<(Origin, LookupMatch)>, usize) {
         self.index.sync(context);
-        let Some(m) = self.index.find() else {
+        let found = match self.index.find() {
+            Some(m) => Some((Origin::Context, m)),
+            None => self
+                .history
+                .as_ref()
+                .and_then(|h| h.find_suffix_of(self.index.tokens()))
+                .map(|m| (Origin::History, m)),
+        };
+        let Some((origin, m)) = found else {
             return (None, 0);
         };
         let available = self
-            .index
-            .continuation(m.start, self.k.min(max_depth))
+            .continuation(origin, m.start, self.k.min(max_depth))
             .len();
-        (Some(m), self.length(m.n, available))
+        if available == 0 {
+            return (None, 0);
+        }
+        (Some((origin, m)), self.length(origin, m.n, available))
     }
 }
 
@@ -311,15 +432,28 @@ impl<B: Backend> Drafter<B> for PromptLookup {
     }
 
     fn begin(&mut self, prompt: &[u32]) -> spec_engine::Result<()> {
+        self.remember_request();
         self.index.clear();
         self.index.extend(prompt);
         self.pending = None;
         // Acceptance is a property of the text; the step costs of the machine and model carry
         // over from earlier requests.
-        self.acceptance
+        for rate in self
+            .acceptance
             .iter_mut()
-            .for_each(|a| *a = AcceptanceRate::with_decay(ACCEPTANCE_DECAY));
+            .chain(&mut self.history_acceptance)
+        {
+            *rate = AcceptanceRate::with_decay(ACCEPTANCE_DECAY);
+        }
         Ok(())
+    }
+
+    fn forget_requests(&mut self) {
+        if let Some(history) = &mut self.history {
+            history.clear();
+        }
+        // The request in flight, if any, is not remembered either.
+        self.index.clear();
     }
 
     fn draft(
@@ -336,8 +470,8 @@ impl<B: Backend> Drafter<B> for PromptLookup {
         };
         let (m, k) = self.plan(context, max_depth);
         let (tree, shadow) = match m {
-            Some(m) => {
-                let continuation = self.index.continuation(m.start, k + 1);
+            Some((origin, m)) => {
+                let continuation = self.continuation(origin, m.start, k + 1);
                 let shadow = if k == 0 {
                     continuation.first().copied()
                 } else {
@@ -351,7 +485,7 @@ impl<B: Backend> Drafter<B> for PromptLookup {
             None => (TokenTree::new(root), None),
         };
         self.pending = Some(PendingStep {
-            n: m.map(|m| m.n),
+            found: m.map(|(origin, m)| (origin, m.n)),
             drafted: tree.drafted(),
             shadow,
             context_len: context.len(),
@@ -373,10 +507,12 @@ impl<B: Backend> Drafter<B> for PromptLookup {
         if let Some(step) = self.pending.take() {
             self.costs
                 .record(step.drafted + 1, step.returned.elapsed().as_secs_f64());
-            if let Some(rate) = step
-                .n
-                .and_then(|n| self.acceptance.get_mut(n - self.index.n_min))
-            {
+            let n_min = self.index.n_min;
+            let rate = step.found.and_then(|(origin, n)| match origin {
+                Origin::Context => self.acceptance.get_mut(n - n_min),
+                Origin::History => self.history_acceptance.get_mut(n - n_min),
+            });
+            if let Some(rate) = rate {
                 if step.drafted > 0 {
                     rate.record_chain(step.drafted, verdict.accepted.len());
                 } else if let (Some(shadow), Some(&produced)) =
@@ -496,6 +632,7 @@ mod tests {
             ngram_max: 2,
             ngram_min: 1,
             adaptive: false,
+            history_tokens: 0,
         })
         .unwrap();
         let context = [1, 2, 3, 4, 5, 6, 1, 2];
@@ -535,6 +672,62 @@ mod tests {
         context.push(verdict.next_token);
         Drafter::<B>::accepted(lookup, context, &tree, &verdict).unwrap();
         (tree.drafted(), verdict.accepted.len())
+    }
+
+    #[test]
+    fn the_cross_request_cache_matches_earlier_requests_without_crossing_them() {
+        type B = burn::backend::Flex;
+        let config = PromptLookupConfig {
+            ngram_max: 2,
+            ngram_min: 2,
+            ..PromptLookupConfig::fixed(4)
+        };
+        let mut lookup = PromptLookup::new(config.with_history(64)).unwrap();
+        let mut plain = PromptLookup::new(config).unwrap();
+        for drafter in [&mut lookup, &mut plain] {
+            Drafter::<B>::begin(drafter, &[10, 11, 12, 13]).unwrap();
+            Drafter::<B>::begin(drafter, &[5, 6]).unwrap();
+            Drafter::<B>::begin(drafter, &[20, 10, 11]).unwrap();
+        }
+        assert_eq!(lookup.history_len(), 8);
+        // "10 11" occurs only in the first request: its continuation, cut at that request's end.
+        assert_eq!(lookup.propose(&[20, 10, 11], 10), &[12, 13]);
+        assert!(plain.propose(&[20, 10, 11], 10).is_empty());
+        // A match in the current context wins over the cache.
+        assert_eq!(lookup.propose(&[20, 10, 11, 99, 10, 11], 10), &[99, 10, 11]);
+        // "13 5" spans two requests: no match.
+        assert!(lookup.propose(&[7, 13, 5], 10).is_empty());
+        // Forgotten: nothing of the earlier requests (nor of the one in flight) is kept.
+        Drafter::<B>::forget_requests(&mut lookup);
+        Drafter::<B>::begin(&mut lookup, &[20, 10, 11]).unwrap();
+        assert_eq!(lookup.history_len(), 0);
+        assert!(lookup.propose(&[20, 10, 11], 10).is_empty());
+    }
+
+    #[test]
+    fn the_cross_request_cache_keeps_the_newest_requests_within_its_size() {
+        type B = burn::backend::Flex;
+        let config = PromptLookupConfig {
+            ngram_max: 2,
+            ngram_min: 2,
+            ..PromptLookupConfig::fixed(4)
+        };
+        let mut lookup = PromptLookup::new(config.with_history(12)).unwrap();
+        for r in 0..20u32 {
+            Drafter::<B>::begin(&mut lookup, &[100 + r, 1, 2, 3]).unwrap();
+            assert!(lookup.history_len() <= 12, "{}", lookup.history_len());
+        }
+        // The first requests are gone; the newest finished one (118 1 2 3; 119 is in flight) is
+        // there. (Each query differs from the indexed context before its last token, so it is
+        // indexed afresh.)
+        assert!(lookup.propose(&[7, 100, 1], 10).is_empty());
+        assert_eq!(lookup.propose(&[7, 7, 7, 118, 1], 10), &[2, 3]);
+        // A request longer than the whole cache is not kept.
+        let long: Vec<u32> = (200..230).collect();
+        Drafter::<B>::begin(&mut lookup, &long).unwrap();
+        Drafter::<B>::begin(&mut lookup, &[1]).unwrap();
+        assert!(lookup.propose(&[7, 200, 201], 10).is_empty());
+        assert!(lookup.history_len() <= 12);
     }
 
     /// Prompt lookup from two-token matches only, up to 4 drafts.

@@ -14,10 +14,14 @@ use spec_core::error::Source;
 use spec_core::reference;
 use spec_core::rng::SpecRng;
 use spec_core::sampling::SamplingConfig;
+use spec_core::tree::TokenTree;
+use spec_core::verify::Verdict;
 use spec_core::verify::Verifier;
+use spec_engine::Draft;
 use spec_engine::{Drafter, generate_speculative};
 use spec_ngram::{
-    BigramCounts, BigramDrafter, BigramModel, NgramError, PromptLookup, PromptLookupConfig,
+    BigramConfig, BigramCounts, BigramDrafter, BigramModel, NgramError, PromptLookup,
+    PromptLookupConfig,
 };
 use spec_runtime::model::{ForwardRequest, LogitRows};
 use spec_runtime::{
@@ -52,6 +56,7 @@ fn lookup(k: usize, ngram_max: usize, ngram_min: usize) -> PromptLookup {
         ngram_max,
         ngram_min,
         adaptive: false,
+        history_tokens: 0,
     })
     .unwrap()
 }
@@ -113,13 +118,27 @@ fn greedy_equals_plain_on_a_tiny_model() {
         let spec = generate_speculative(&m, &mut drafter, prompt, &options, &mut |_| {}).unwrap();
         assert_eq!(spec.tokens, plain.tokens, "adaptive lookup");
         for k in [1, 3] {
-            let mut drafter =
-                BigramDrafter::<B>::new(toy_bigram(vocab, 1), vocab, k, &device).unwrap();
+            let mut drafter = BigramDrafter::<B>::new(
+                toy_bigram(vocab, 1),
+                vocab,
+                BigramConfig::fixed(k),
+                &device,
+            )
+            .unwrap();
             let spec =
                 generate_speculative(&m, &mut drafter, prompt, &options, &mut |_| {}).unwrap();
             assert_eq!(spec.tokens, plain.tokens, "bigram k={k}");
             assert!(spec.metrics.drafted > 0);
         }
+        let mut drafter = BigramDrafter::<B>::new(
+            toy_bigram(vocab, 1),
+            vocab,
+            BigramConfig::adaptive(),
+            &device,
+        )
+        .unwrap();
+        let spec = generate_speculative(&m, &mut drafter, prompt, &options, &mut |_| {}).unwrap();
+        assert_eq!(spec.tokens, plain.tokens, "adaptive bigram");
     }
     // The random model falls into loops, which prompt lookup must exploit.
     assert!(lookup_accepted > 0);
@@ -303,6 +322,7 @@ fn sampled_output_follows_the_target_law() {
         ngram_max: 3,
         ngram_min: 1,
         adaptive: true,
+        history_tokens: 0,
     })
     .unwrap();
     check_law(
@@ -315,15 +335,98 @@ fn sampled_output_follows_the_target_law() {
     );
 
     let sampling = SamplingConfig::with_temperature(0.8).top_k(9);
+    let device = Default::default();
     let mut drafter =
-        BigramDrafter::<B>::new(toy_bigram(VOCAB, 4), VOCAB, 2, &Default::default()).unwrap();
+        BigramDrafter::<B>::new(toy_bigram(VOCAB, 4), VOCAB, BigramConfig::fixed(2), &device)
+            .unwrap();
     check_law("bigram", &mut oracle, &mut drafter, &[3, 4], sampling, runs);
+
+    // The adaptive length decides on each draft from its row's confidence before drawing it.
+    // Counted, so the test shows that it both drafted and stopped early. Fixed costs: the
+    // oracle's steps take microseconds, so measured ones would say drafting never pays.
+    let mut drafter = LengthCount::new(
+        BigramDrafter::<B>::new(
+            toy_bigram(VOCAB, 4),
+            VOCAB,
+            BigramConfig {
+                k: 2,
+                adaptive: true,
+            },
+            &device,
+        )
+        .unwrap()
+        .with_fixed_costs(0.05, 0.0),
+    );
+    check_law(
+        "adaptive bigram",
+        &mut oracle,
+        &mut drafter,
+        &[3, 4],
+        sampling,
+        runs,
+    );
+    println!("adaptive bigram draft lengths: {:?}", drafter.by_length);
+    let steps: usize = drafter.by_length.iter().sum();
+    for (k, &n) in drafter.by_length.iter().enumerate() {
+        assert!(n * 100 >= steps, "draft length {k} in {n} of {steps} steps");
+    }
+}
+
+/// A drafter wrapped to count its steps by draft length.
+struct LengthCount<D> {
+    inner: D,
+    by_length: Vec<usize>,
+}
+
+impl<D> LengthCount<D> {
+    fn new(inner: D) -> Self {
+        Self {
+            inner,
+            by_length: Vec::new(),
+        }
+    }
+}
+
+impl<D: Drafter<B>> Drafter<B> for LengthCount<D> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn begin(&mut self, prompt: &[u32]) -> spec_engine::Result<()> {
+        self.inner.begin(prompt)
+    }
+
+    fn draft(
+        &mut self,
+        context: &[u32],
+        max_depth: usize,
+        sampling: &SamplingConfig,
+        rng: &mut SpecRng,
+    ) -> spec_engine::Result<Draft<B>> {
+        let draft = self.inner.draft(context, max_depth, sampling, rng)?;
+        let k = draft.tree.drafted();
+        if self.by_length.len() <= k {
+            self.by_length.resize(k + 1, 0);
+        }
+        self.by_length[k] += 1;
+        Ok(draft)
+    }
+
+    fn accepted(
+        &mut self,
+        context: &[u32],
+        tree: &TokenTree,
+        verdict: &Verdict,
+    ) -> spec_engine::Result<()> {
+        self.inner.accepted(context, tree, verdict)
+    }
 }
 
 #[test]
 fn bad_input_is_a_clear_error() {
     let device = Default::default();
-    let err = BigramDrafter::<B>::new(toy_bigram(12, 1), 13, 2, &device).unwrap_err();
+    let err = BigramDrafter::<B>::new(toy_bigram(12, 1), 13, BigramConfig::fixed(2), &device)
+        .unwrap_err();
     assert!(matches!(
         err,
         NgramError::VocabMismatch {
@@ -332,7 +435,8 @@ fn bad_input_is_a_clear_error() {
         }
     ));
     assert!(err.to_string().contains("train-bigram"), "{err}");
-    let err = BigramDrafter::<B>::new(toy_bigram(12, 1), 12, 0, &device).unwrap_err();
+    let err = BigramDrafter::<B>::new(toy_bigram(12, 1), 12, BigramConfig::fixed(0), &device)
+        .unwrap_err();
     assert!(matches!(err, NgramError::InvalidK(0)), "{err}");
 
     let dir = tempfile::tempdir().unwrap();
@@ -391,11 +495,14 @@ fn greedy_equals_plain_on_smollm2() {
             spec.tokens, plain.tokens,
             "adaptive prompt lookup on {text:?}"
         );
-        let mut drafter = BigramDrafter::<B>::new(bigram.clone(), vocab, 2, &device).unwrap();
-        let spec =
-            generate_speculative(&loaded.model, &mut drafter, &prompt, &options, &mut |_| {})
-                .unwrap();
-        assert_eq!(spec.tokens, plain.tokens, "bigram on {text:?}");
+        for config in [BigramConfig::fixed(2), BigramConfig::adaptive()] {
+            let mut drafter =
+                BigramDrafter::<B>::new(bigram.clone(), vocab, config, &device).unwrap();
+            let spec =
+                generate_speculative(&loaded.model, &mut drafter, &prompt, &options, &mut |_| {})
+                    .unwrap();
+            assert_eq!(spec.tokens, plain.tokens, "bigram {config:?} on {text:?}");
+        }
     }
 }
 
