@@ -329,6 +329,7 @@ mod tests {
 
     use super::*;
     use crate::bigram::BigramCounts;
+    use crate::scripted::scripted_step;
 
     type B = burn::backend::Flex;
 
@@ -342,35 +343,6 @@ mod tests {
             }
         }
         counts.finish()
-    }
-
-    /// One greedy engine step against a scripted target whose next token after a prefix is
-    /// `truth`. Returns (drafted, accepted).
-    fn scripted_step(
-        drafter: &mut BigramDrafter<B>,
-        context: &mut Vec<u32>,
-        truth: &dyn Fn(&[u32]) -> u32,
-    ) -> (usize, usize) {
-        let mut rng = SpecRng::new(0);
-        let draft = drafter
-            .draft(context, 16, &SamplingConfig::greedy(), &mut rng)
-            .unwrap();
-        let tree = draft.tree;
-        let mut accepted = Vec::new();
-        for (i, &d) in tree.tokens()[1..].iter().enumerate() {
-            if d != truth(context) {
-                break;
-            }
-            context.push(d);
-            accepted.push(i + 1);
-        }
-        let verdict = Verdict {
-            next_token: truth(context),
-            accepted,
-        };
-        context.push(verdict.next_token);
-        drafter.accepted(context, &tree, &verdict).unwrap();
-        (tree.drafted(), verdict.accepted.len())
     }
 
     #[test]

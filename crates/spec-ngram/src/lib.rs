@@ -96,6 +96,8 @@
 mod bigram_drafter;
 mod error;
 mod lookup;
+#[cfg(test)]
+mod scripted;
 
 pub mod bigram;
 

@@ -641,37 +641,15 @@ mod tests {
         assert!(lookup.propose(&context, 0).is_empty());
     }
 
-    /// One engine step against a scripted target whose next token after a prefix is `truth`:
-    /// drafts are accepted while they equal it (greedy verification of point masses). Returns
-    /// (drafted, accepted).
+    /// [`crate::scripted::scripted_step`] with the prior cost slope: this unit test's step
+    /// times are microseconds of noise.
     fn scripted_step(
         lookup: &mut PromptLookup,
         context: &mut Vec<u32>,
         truth: &dyn Fn(&[u32]) -> u32,
     ) -> (usize, usize) {
-        type B = burn::backend::Flex;
-        let sampling = SamplingConfig::greedy();
-        let mut rng = SpecRng::new(0);
-        // Step costs of this unit test are microseconds of noise: keep the prior slope.
         lookup.costs = WidthCosts::default();
-        let draft = Drafter::<B>::draft(lookup, context, 16, &sampling, &mut rng).unwrap();
-        let tree = draft.tree;
-        let drafts = &tree.tokens()[1..];
-        let mut accepted = Vec::new();
-        for (i, &d) in drafts.iter().enumerate() {
-            if d != truth(context) {
-                break;
-            }
-            context.push(d);
-            accepted.push(i + 1);
-        }
-        let verdict = Verdict {
-            next_token: truth(context),
-            accepted,
-        };
-        context.push(verdict.next_token);
-        Drafter::<B>::accepted(lookup, context, &tree, &verdict).unwrap();
-        (tree.drafted(), verdict.accepted.len())
+        crate::scripted::scripted_step(lookup, context, truth)
     }
 
     #[test]
