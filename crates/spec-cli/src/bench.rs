@@ -71,8 +71,9 @@ pub(crate) struct BenchArgs {
     #[arg(long, value_name = "TARGET[,DRAFT]")]
     models: Option<String>,
     /// Comma-separated method specs, `NAME[:KEY=VALUE]...`, keys k, draft, target, ngram-max,
-    /// ngram-min, bigram, history (prompt lookup's cross-request cache: on, off or tokens); e.g. `plain,prompt-lookup,sampling:k=auto,bigram:k=3`. Plain decoding
-    /// always runs as the baseline. Default: plain,prompt-lookup,bigram,sampling (those this build
+    /// ngram-min, bigram, history (prompt lookup's cross-request cache: on, off or tokens); e.g.
+    /// `plain,prompt-lookup,sampling:k=auto,bigram:k=3`. Plain decoding always runs as the
+    /// baseline. Default: plain,prompt-lookup,bigram,sampling (those this build
     /// lacks, or bigram without `--bigram`, are skipped with a note).
     #[arg(long)]
     methods: Option<String>,

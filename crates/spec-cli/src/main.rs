@@ -130,7 +130,7 @@ fn make_drafter<B: Backend>(
         "prompt-lookup" => {
             // The adaptive length is the default: it measured 1.63× vs 1.56× for K 3 on the
             // context-reuse prompts and the same on open ones (docs/benchmarks.md).
-            let adaptive = matches!(args.k.as_deref(), None | Some("auto"));
+            let adaptive = adaptive_length(args);
             let k = if adaptive {
                 spec_ngram::DEFAULT_LOOKUP_K_MAX
             } else {
@@ -153,7 +153,7 @@ fn make_drafter<B: Backend>(
                 );
             };
             let model = spec_ngram::BigramModel::load(file)?;
-            let config = if matches!(args.k.as_deref(), None | Some("auto")) {
+            let config = if adaptive_length(args) {
                 spec_ngram::BigramConfig::adaptive()
             } else {
                 spec_ngram::BigramConfig::fixed(fixed_k(args, spec_ngram::DEFAULT_BIGRAM_K)?)
@@ -217,6 +217,11 @@ fn sampling_drafter<B: Backend>(
         tokenizer,
         length,
     )?))
+}
+
+/// Whether an n-gram method runs its adaptive length: `--k auto` or no `--k`.
+fn adaptive_length(args: &methods::MethodSpec) -> bool {
+    matches!(args.k.as_deref(), None | Some("auto"))
 }
 
 /// `--k` as a number (for methods without `auto`).

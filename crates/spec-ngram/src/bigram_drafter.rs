@@ -82,6 +82,17 @@ struct DraftRow<B: Backend> {
     q: Option<Tensor<B, 2>>,
 }
 
+/// What [`BigramDrafter::propose`] drafted.
+struct Proposed<B: Backend> {
+    tokens: Vec<u32>,
+    /// The confidence of each draft's row.
+    confidences: Vec<f64>,
+    /// The drafts' rows `q` `[K, vocab]` (sampling only, when anything was drafted).
+    q: Option<Tensor<B, 2>>,
+    /// The draft the adaptive rule stopped before, with its row's confidence.
+    shadow: Option<(u32, f64)>,
+}
+
 /// Drafts up to `K` tokens from a bigram model (see the crate docs for the rule).
 #[derive(Debug)]
 pub struct BigramDrafter<B: Backend> {
@@ -197,21 +208,18 @@ impl<B: Backend> BigramDrafter<B> {
         })
     }
 
-    /// Drafts after `root`, up to `depth` tokens: the tokens, their confidences, the q rows
-    /// (sampling only) and, when the adaptive rule stopped the chain early, the draft it
-    /// stopped before.
+    /// Drafts after `root`, up to `depth` tokens.
     ///
     /// The rule decides on draft `i` from its row's confidence before looking at its token, so
     /// which drafts are proposed never depends on their own values (exactness needs each
     /// proposed token to be distributed as its row).
-    #[allow(clippy::type_complexity)]
     fn propose(
         &mut self,
         root: u32,
         depth: usize,
         sampling: &SamplingConfig,
         rng: &mut SpecRng,
-    ) -> Result<(Vec<u32>, Vec<f64>, Option<Tensor<B, 2>>, Option<(u32, f64)>)> {
+    ) -> Result<Proposed<B>> {
         let mut tokens = Vec::with_capacity(depth);
         let mut confidences = Vec::with_capacity(depth);
         let mut rows = Vec::new();
@@ -241,8 +249,12 @@ impl<B: Backend> BigramDrafter<B> {
             confidences.push(row.confidence);
             rows.extend(row.q);
         }
-        let q = (!rows.is_empty()).then(|| Tensor::cat(rows, 0));
-        Ok((tokens, confidences, q, shadow))
+        Ok(Proposed {
+            tokens,
+            confidences,
+            q: (!rows.is_empty()).then(|| Tensor::cat(rows, 0)),
+            shadow,
+        })
     }
 }
 
@@ -270,7 +282,12 @@ impl<B: Backend> Drafter<B> for BigramDrafter<B> {
         };
         let depth = self.k.min(max_depth);
         let started = Instant::now();
-        let (tokens, confidences, q, shadow) = self.propose(root, depth, sampling, rng)?;
+        let Proposed {
+            tokens,
+            confidences,
+            q,
+            shadow,
+        } = self.propose(root, depth, sampling, rng)?;
         // Rows computed: the drafts plus the one the chain stopped before.
         let rows = tokens.len() + usize::from(shadow.is_some());
         if rows > 0 {
