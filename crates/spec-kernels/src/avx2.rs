@@ -27,9 +27,9 @@ mod imp {
     }
 
     /// How many blocks ahead of a tile its weights are asked for, when a tile uses each weight
-    /// for two or more rows of `x`. Such tiles compute long enough per block that the hardware
-    /// prefetcher alone falls behind (measured: 10-20% faster products at 4 and 8 rows in f32);
-    /// a decode step's single row streams fast enough without it, and was slower with it.
+    /// for two or more rows of `x`, which compute longer per block than a one-row tile. Measured
+    /// on the 1.5B's large products at 4 and 8 rows: Q8_0 23-37% and bf16 5-10% faster, f32
+    /// within noise (docs/benchmarks.md); a decode step's single row was slower with it.
     const PREFETCH_BLOCKS: usize = 8;
 
     /// Hints the cache lines of the `bytes` bytes from `start` into L1. Only an address: nothing
