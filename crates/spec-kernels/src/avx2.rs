@@ -10,7 +10,7 @@ mod imp {
 
     use pulp::bytemuck::cast_slice;
     use pulp::x86::V3;
-    use pulp::{NullaryFnOnce, Simd, cast, f32x8, i32x8, u32x8};
+    use pulp::{NullaryFnOnce, Simd, cast, f32x8, i8x16, u32x8};
 
     use crate::pack::{BLOCK, PANEL, PackedMatrix, Storage};
 
@@ -24,13 +24,18 @@ mod imp {
         fn part(self, simd: V3, b: usize, j: usize) -> f32x8;
         /// Asks for block `b` of this row's panel (every row of it) to be brought into L1.
         fn prefetch(self, simd: V3, b: usize);
+        /// Bytes of one block of a whole panel (what [`Row::prefetch`] asks for).
+        const PANEL_BLOCK_BYTES: usize;
+        /// Whether a one-row tile (a decode step) prefetches too.
+        const PREFETCH_ONE_ROW: bool;
     }
 
-    /// How many blocks ahead of a tile its weights are asked for, when a tile uses each weight
-    /// for two or more rows of `x`, which compute longer per block than a one-row tile. Measured
-    /// on the 1.5B's large products at 4 and 8 rows: Q8_0 23-37% and bf16 5-10% faster, f32
-    /// within noise (docs/benchmarks.md); a decode step's single row was slower with it.
-    const PREFETCH_BLOCKS: usize = 8;
+    /// How far ahead of a tile its panels' weights are asked for: 4 KB of each panel. Measured
+    /// on a 1.5B-sized product streamed from memory by both cores (docs/benchmarks.md): Q8_0 at
+    /// one row 1.9 → 1.2 ms and bf16 2.4–2.9 → 2.2–2.3 ms against 8 blocks ahead for tiles of
+    /// two or more rows only; 0.5–2 KB ahead was too little for the narrow formats, whose tiles
+    /// consume few bytes per cycle, to cover memory latency.
+    const PREFETCH_AHEAD_BYTES: usize = 4096;
 
     /// Hints the cache lines of the `bytes` bytes from `start` into L1. Only an address: nothing
     /// is read, so a hint past the end of the weights is harmless.
@@ -49,6 +54,11 @@ mod imp {
     struct F32Row<'a>(&'a [[f32x8; 4]], usize);
 
     impl Row for F32Row<'_> {
+        const PANEL_BLOCK_BYTES: usize = PANEL * 128;
+        // f32's one-row tile streams fast enough for the hardware prefetcher alone; hints
+        // measured 0-7% slower.
+        const PREFETCH_ONE_ROW: bool = false;
+
         #[inline(always)]
         fn part(self, _simd: V3, b: usize, j: usize) -> f32x8 {
             self.0[b * PANEL + self.1][j]
@@ -59,7 +69,7 @@ mod imp {
             prefetch_lines(
                 simd,
                 self.0.as_ptr().wrapping_add(b * PANEL).cast(),
-                PANEL * 128,
+                Self::PANEL_BLOCK_BYTES,
             );
         }
     }
@@ -68,6 +78,9 @@ mod imp {
     struct Bf16Row<'a>(&'a [[u32x8; 2]], usize);
 
     impl Row for Bf16Row<'_> {
+        const PANEL_BLOCK_BYTES: usize = PANEL * 64;
+        const PREFETCH_ONE_ROW: bool = true;
+
         #[inline(always)]
         fn part(self, simd: V3, b: usize, j: usize) -> f32x8 {
             let w = self.0[b * PANEL + self.1][j / 2];
@@ -84,29 +97,29 @@ mod imp {
             prefetch_lines(
                 simd,
                 self.0.as_ptr().wrapping_add(b * PANEL).cast(),
-                PANEL * 64,
+                Self::PANEL_BLOCK_BYTES,
             );
         }
     }
 
     #[derive(Clone, Copy)]
     struct Q8Row<'a> {
-        quants: &'a [i32x8],
+        /// A block's quants in order, as four words of 8.
+        quants: &'a [[u64; 4]],
         scales: &'a [f32],
         lane: usize,
     }
 
     impl Row for Q8Row<'_> {
+        const PANEL_BLOCK_BYTES: usize = PANEL * 32;
+        const PREFETCH_ONE_ROW: bool = true;
+
         #[inline(always)]
         fn part(self, simd: V3, b: usize, j: usize) -> f32x8 {
-            let w = self.quants[b * PANEL + self.lane];
-            // Byte j of every lane is the quant of weight 8j + lane: sign-extend it in place.
-            let q = match j {
-                0 => simd.shr_const_i32x8::<24>(simd.shl_const_i32x8::<24>(w)),
-                1 => simd.shr_const_i32x8::<24>(simd.shl_const_i32x8::<16>(w)),
-                2 => simd.shr_const_i32x8::<24>(simd.shl_const_i32x8::<8>(w)),
-                _ => simd.shr_const_i32x8::<24>(w),
-            };
+            let word = self.quants[b * PANEL + self.lane][j];
+            // One load that sign-extends the 8 quants to i32 lanes (`vpmovsxbd ymm, m64`).
+            let q: i8x16 = cast([word, 0u64]);
+            let q = simd.convert_i8x16_to_i32x8(q);
             let scale = simd.splat_f32x8(self.scales[b * PANEL + self.lane]);
             simd.mul_f32x8(simd.convert_i32x8_to_f32x8(q), scale)
         }
@@ -116,7 +129,7 @@ mod imp {
             prefetch_lines(
                 simd,
                 self.quants.as_ptr().wrapping_add(b * PANEL).cast(),
-                PANEL * 32,
+                Self::PANEL_BLOCK_BYTES,
             );
             // A panel's scales: 8 bytes a block, a cache line every 8 blocks.
             if b.is_multiple_of(8) {
@@ -134,7 +147,7 @@ mod imp {
     /// Per vector of a block, the `M` vectors of `x` are loaded once and each widened weight
     /// vector is used `M` times: `RR + M` loads for `RR × M` FMAs, and the `RR × M` accumulators,
     /// `M` vectors of `x` and one of weights fit in the 16 AVX registers for the shapes used
-    /// (8 × 1, 4 × 2). Sums are reduced horizontally once, at the end of the rows.
+    /// (4 × 1, 4 × 2, 2 × 4). Sums are reduced horizontally once, at the end of the rows.
     // Index loops over the register tile: fixed trip counts the compiler unrolls.
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
@@ -147,10 +160,11 @@ mod imp {
         let zero = simd.splat_f32x8(0.0);
         let mut acc = [[zero; M]; RR];
         for b in 0..blocks {
-            if M >= 2 {
+            if M >= 2 || W::PREFETCH_ONE_ROW {
+                let ahead = PREFETCH_AHEAD_BYTES / W::PANEL_BLOCK_BYTES;
                 // One hint per panel of the tile (rows r and r + 1 share a panel).
                 for r in (0..RR).step_by(PANEL) {
-                    rows[r].prefetch(simd, b + PREFETCH_BLOCKS);
+                    rows[r].prefetch(simd, b + ahead);
                 }
             }
             for j in 0..4 {
@@ -306,7 +320,7 @@ mod imp {
                     sweep(simd, row, rows, x, blocks, m, outs);
                 }
                 Storage::Q8_0 { quants, scales } => {
-                    let quants: &[i32x8] = cast_slice(quants);
+                    let quants: &[[u64; 4]] = cast_slice(quants);
                     let row = |r: usize| Q8Row {
                         quants: panel(quants, r, blocks),
                         scales: panel(scales, r, blocks),

@@ -13,8 +13,8 @@
 //!   rows on) accumulates up to 8 dot products in 8-lane
 //!   vectors (AVX2 + FMA through `pulp`, detected at run time; a scalar loop elsewhere), so each
 //!   weight loaded from memory is used `M` times;
-//! - a tile that serves two or more rows of `x` asks for its weights 8 blocks ahead
-//!   (`prefetcht0`), which measured faster for Q8_0 and bf16 at 4 and 8 rows;
+//! - tiles ask for their weights 4 KB of a panel ahead (`prefetcht0`; for f32 only from two
+//!   rows of `x` on), which measured faster for Q8_0 and bf16 at every row count;
 //! - the output rows are split into blocks run on rayon's pool (both cores of a small machine);
 //! - weights may be kept as f32, bf16 (half the bytes) or Q8_0 blocks (32 int8 and one f32 scale,
 //!   1.125 bytes a weight). Narrow formats are widened to f32 inside the kernel and every sum is
@@ -29,8 +29,9 @@
 //! - bf16: chunks of 16 weights in 8 `u32` words; word `l` holds weight `l` in its high half and
 //!   weight `8 + l` in its low half, so one 256-bit load gives two f32 vectors with a shift and
 //!   a mask;
-//! - Q8_0: per block of 32 weights 8 `i32` words; byte `j` of word `l` is the quant of weight
-//!   `8j + l`, so four shift pairs give four vectors of consecutive weights; one f32 scale a block.
+//! - Q8_0: per block of 32 weights the 32 int8 quants in order (four `u64` words of 8), so one
+//!   sign-extending load (`vpmovsxbd`) gives a vector of 8 consecutive weights; one f32 scale a
+//!   block.
 
 mod avx2;
 mod error;

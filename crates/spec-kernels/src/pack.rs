@@ -94,9 +94,9 @@ pub(crate) enum Storage {
     F32(Vec<f32>),
     /// `padded_cols / 2` words a row (see the crate docs for the order).
     Bf16(Vec<u32>),
-    /// `padded_cols / 4` words and `padded_cols / 32` scales a row.
+    /// `padded_cols / 8` words and `padded_cols / 32` scales a row.
     Q8_0 {
-        quants: Vec<i32>,
+        quants: Vec<u64>,
         scales: Vec<f32>,
     },
 }
@@ -171,9 +171,9 @@ impl PackedMatrix {
                 Storage::Bf16(out)
             }
             WeightFormat::Q8_0 => {
-                let mut quants = vec![0i32; panel_rows * padded_cols / 4];
+                let mut quants = vec![0u64; panel_rows * padded_cols / 8];
                 let mut scales = vec![0.0f32; panel_rows * blocks];
-                let mut row_quants = Vec::with_capacity(padded_cols / 4);
+                let mut row_quants = Vec::with_capacity(padded_cols / 8);
                 let mut row_scales = Vec::with_capacity(blocks);
                 for r in 0..rows {
                     row_quants.clear();
@@ -181,15 +181,12 @@ impl PackedMatrix {
                     for block in padded_row(r).chunks_exact(BLOCK) {
                         let (scale, q) = quantize_block(block);
                         row_scales.push(scale);
-                        for l in 0..8 {
-                            let mut word = 0u32;
-                            for j in 0..4 {
-                                word |= u32::from(q[8 * j + l] as u8) << (8 * j);
-                            }
-                            row_quants.push(word as i32);
+                        for eight in q.chunks_exact(8) {
+                            let bytes: [u8; 8] = std::array::from_fn(|l| eight[l] as u8);
+                            row_quants.push(u64::from_le_bytes(bytes));
                         }
                     }
-                    place_row(&mut quants, r, &row_quants, blocks, BLOCK / 4);
+                    place_row(&mut quants, r, &row_quants, blocks, BLOCK / 8);
                     place_row(&mut scales, r, &row_scales, blocks, 1);
                 }
                 Storage::Q8_0 { quants, scales }
@@ -227,7 +224,7 @@ impl PackedMatrix {
         match &self.storage {
             Storage::F32(w) => w.len() * 4,
             Storage::Bf16(w) => w.len() * 4,
-            Storage::Q8_0 { quants, scales } => quants.len() * 4 + scales.len() * 4,
+            Storage::Q8_0 { quants, scales } => quants.len() * 8 + scales.len() * 4,
         }
     }
 

@@ -22,10 +22,12 @@ pub(crate) fn dequantize_row(mat: &PackedMatrix, r: usize, out: &mut [f32]) {
             }
             Storage::Q8_0 { quants, scales } => {
                 let scale = scales[at];
-                for (l, &word) in quants[at * 8..(at + 1) * 8].iter().enumerate() {
-                    for j in 0..4 {
-                        let q = (word << (24 - 8 * j)) >> 24;
-                        out[8 * j + l] = q as f32 * scale;
+                for (&word, out) in quants[at * 4..(at + 1) * 4]
+                    .iter()
+                    .zip(out.chunks_exact_mut(8))
+                {
+                    for (o, q) in out.iter_mut().zip(word.to_le_bytes()) {
+                        *o = f32::from(q as i8) * scale;
                     }
                 }
             }
