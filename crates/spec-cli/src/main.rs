@@ -20,7 +20,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use serde::Serialize;
 use spec_core::sampling::SamplingConfig;
 use spec_engine::{Drafter, NoDraft, generate_speculative};
-use spec_runtime::{GenerateOptions, GenerationStats, load::load_model};
+use spec_runtime::model::{LoadOptions, WeightFormat};
+use spec_runtime::{GenerateOptions, GenerationStats, load::load_model, load_model_with};
 use spec_tokenizer::{Message, TextTokenizer};
 
 #[derive(Parser)]
@@ -88,6 +89,10 @@ struct GenerateArgs {
     /// The draft model of `--method sampling` (path or reference name).
     #[arg(long)]
     draft_model: Option<String>,
+    /// How the draft model's projections are kept for its decode steps: f32, bf16 or q8_0
+    /// (default q8_0). Only the draft is rounded; the output still follows the target alone.
+    #[arg(long)]
+    draft_weights: Option<WeightFormat>,
     /// Draft length: a number, or `auto` where the method supports it.
     #[arg(long)]
     k: Option<String>,
@@ -108,6 +113,7 @@ impl GenerateArgs {
             method: self.method.clone(),
             k: self.k.clone(),
             draft_model: self.draft_model.clone(),
+            draft_weights: self.draft_weights,
             ngram_max: self.ngram_max,
             ngram_min: self.ngram_min,
             bigram: self.bigram.clone(),
@@ -168,10 +174,14 @@ fn make_drafter<B: Backend>(
     }
 }
 
-/// Draft models loaded so far, by path: methods that share a draft model (a bench sweeping K)
-/// share its weights, since cloning a loaded model only counts references.
+/// Draft models loaded so far, by path and weight format: methods that share a draft model (a
+/// bench sweeping K) share its weights, since cloning a loaded model only counts references.
+#[allow(clippy::type_complexity)]
 struct DraftModels<B: Backend>(
-    std::collections::HashMap<PathBuf, (spec_runtime::Transformer<B>, TextTokenizer)>,
+    std::collections::HashMap<
+        (PathBuf, WeightFormat),
+        (spec_runtime::Transformer<B>, TextTokenizer),
+    >,
 );
 
 impl<B: Backend> Default for DraftModels<B> {
@@ -179,6 +189,11 @@ impl<B: Backend> Default for DraftModels<B> {
         Self(std::collections::HashMap::new())
     }
 }
+
+/// How a draft model's projections are packed unless `--draft-weights` says otherwise. Q8_0
+/// rounds only the draft, which changes how often its tokens are accepted, never what is
+/// generated; it cut the 0.5B draft's step to ~0.4 of f32's (docs/benchmarks.md).
+const DEFAULT_DRAFT_WEIGHTS: WeightFormat = WeightFormat::Q8_0;
 
 /// `--method sampling --draft-model D [--k N | --k auto]`: speculative sampling with a draft model
 /// (default K 4), its vocabulary checked against the target's through both tokenizers.
@@ -199,15 +214,18 @@ fn sampling_drafter<B: Backend>(
         Some(k) => spec_sampling::DraftLength::parse(k)?,
     };
     let path = spec_models::resolve(name)?;
-    if !drafts.0.contains_key(&path) {
+    let format = args.draft_weights.unwrap_or(DEFAULT_DRAFT_WEIGHTS);
+    let key = (path.clone(), format);
+    if !drafts.0.contains_key(&key) {
         let draft_tokenizer = load_tokenizer(&path)?;
-        let draft = load_model::<B>(&path, device)
+        let options = LoadOptions {
+            skinny_format: Some(format),
+        };
+        let draft = load_model_with::<B>(&path, device, options)
             .with_context(|| format!("loading the draft model {}", path.display()))?;
-        drafts
-            .0
-            .insert(path.clone(), (draft.model, draft_tokenizer));
+        drafts.0.insert(key.clone(), (draft.model, draft_tokenizer));
     }
-    let Some((draft, draft_tokenizer)) = drafts.0.get(&path) else {
+    let Some((draft, draft_tokenizer)) = drafts.0.get(&key) else {
         bail!("draft model {} vanished from the cache", path.display());
     };
     Ok(Box::new(spec_sampling::DraftModelDrafter::with_tokenizers(

@@ -4,10 +4,11 @@
 use std::path::PathBuf;
 
 use anyhow::{Result, bail};
+use spec_runtime::model::WeightFormat;
 
 /// What [`crate::make_drafter`] reads to build a method's drafter. The field names match the
-/// `spec generate` flags (`--method`, `--k`, `--draft-model`, `--ngram-max`, `--ngram-min`,
-/// `--bigram`).
+/// `spec generate` flags (`--method`, `--k`, `--draft-model`, `--draft-weights`, `--ngram-max`,
+/// `--ngram-min`, `--bigram`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct MethodSpec {
     /// The method's name: `plain`, `prompt-lookup`, `sampling`, `bigram`, ….
@@ -16,6 +17,8 @@ pub(crate) struct MethodSpec {
     pub(crate) k: Option<String>,
     /// The draft model (path or reference name) of methods that use one.
     pub(crate) draft_model: Option<String>,
+    /// How the draft model's projections are stored for its decode steps (`draft-weights=`).
+    pub(crate) draft_weights: Option<WeightFormat>,
     pub(crate) ngram_max: Option<usize>,
     pub(crate) ngram_min: Option<usize>,
     /// The bigram model file of `bigram`.
@@ -35,8 +38,8 @@ pub(crate) struct BenchMethod {
 }
 
 impl BenchMethod {
-    /// Parses `NAME[:KEY=VALUE]...`; keys: `k`, `draft`, `target`, `ngram-max`, `ngram-min`,
-    /// `bigram`, `history`.
+    /// Parses `NAME[:KEY=VALUE]...`; keys: `k`, `draft`, `draft-weights`, `target`,
+    /// `ngram-max`, `ngram-min`, `bigram`, `history`.
     pub(crate) fn parse(text: &str) -> Result<Self> {
         let text = text.trim();
         let mut parts = text.split(':');
@@ -70,6 +73,13 @@ impl BenchMethod {
                     spec.k = Some(value.to_owned());
                 }
                 "draft" | "draft-model" => spec.draft_model = Some(value.to_owned()),
+                "draft-weights" => {
+                    spec.draft_weights = Some(
+                        value
+                            .parse()
+                            .map_err(|e| anyhow::anyhow!("`{text}`: draft-weights: {e}"))?,
+                    )
+                }
                 "target" => target = Some(value.to_owned()),
                 "ngram-max" => spec.ngram_max = Some(number("ngram-max")?),
                 "ngram-min" => spec.ngram_min = Some(number("ngram-min")?),
@@ -82,8 +92,8 @@ impl BenchMethod {
                     })
                 }
                 other => bail!(
-                    "`{text}`: unknown key `{other}` (known: k, draft, target, ngram-max, \
-                     ngram-min, bigram, history)"
+                    "`{text}`: unknown key `{other}` (known: k, draft, draft-weights, target, \
+                     ngram-max, ngram-min, bigram, history)"
                 ),
             }
         }
@@ -137,6 +147,13 @@ mod tests {
         assert_eq!(m.spec.ngram_min, Some(2));
         assert_eq!(m.spec.k.as_deref(), Some("8"));
 
+        let m = BenchMethod::parse("sampling:k=4:draft-weights=q8_0").unwrap();
+        assert_eq!(m.spec.draft_weights, Some(WeightFormat::Q8_0));
+        assert_eq!(
+            BenchMethod::parse("sampling").unwrap().spec.draft_weights,
+            None
+        );
+
         for (text, tokens) in [
             (
                 "prompt-lookup:history=on",
@@ -170,6 +187,7 @@ mod tests {
             "bigram:depth=3",
             "x:k=",
             "prompt-lookup:history=maybe",
+            "sampling:draft-weights=q4",
         ] {
             assert!(BenchMethod::parse(bad).is_err(), "{bad:?} should fail");
         }

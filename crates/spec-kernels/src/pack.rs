@@ -39,7 +39,7 @@ const PARALLEL_MIN_WEIGHTS: usize = 1 << 16;
 const LARGE_PRODUCT_WEIGHTS: usize = 1 << 22;
 
 /// How weights are stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum WeightFormat {
     /// 4 bytes a weight, exact.
     #[default]

@@ -6,7 +6,7 @@ use burn::tensor::backend::Backend;
 
 use crate::config::ModelConfig;
 use crate::error::{Result, RuntimeError};
-use crate::model::Transformer;
+use crate::model::{LoadOptions, Transformer};
 use crate::weights::{GgufSource, SafetensorsSource};
 
 /// A model ready to run, with the configuration it was built from.
@@ -49,17 +49,26 @@ pub fn detect_format(path: &Path) -> Result<CheckpointFormat> {
 
 /// Loads the checkpoint at `path` (GGUF file or Hugging Face directory) onto `device`.
 pub fn load_model<B: Backend>(path: &Path, device: &B::Device) -> Result<LoadedModel<B>> {
+    load_model_with(path, device, LoadOptions::default())
+}
+
+/// [`load_model`] with explicit options (e.g. a draft model's projections packed as Q8_0).
+pub fn load_model_with<B: Backend>(
+    path: &Path,
+    device: &B::Device,
+    options: LoadOptions,
+) -> Result<LoadedModel<B>> {
     let (config, model) = match detect_format(path)? {
         CheckpointFormat::Gguf => {
             let file = spec_gguf::GgufFile::open(path)?;
             let config = ModelConfig::from_gguf(&file)?;
             let mut source = GgufSource::new(&file, config.clone());
-            let model = Transformer::load(&config, &mut source, device)?;
+            let model = Transformer::load_with(&config, &mut source, device, options)?;
             (config, model)
         }
         CheckpointFormat::HuggingFace => {
             let (config, mut source) = SafetensorsSource::open(path)?;
-            let model = Transformer::load(&config, &mut source, device)?;
+            let model = Transformer::load_with(&config, &mut source, device, options)?;
             (config, model)
         }
     };

@@ -150,6 +150,24 @@ fn long_prompts_run_in_host_passes_that_match_one_burn_pass() {
         // Rounding differs between the paths, so a bit-for-bit match would mean the packed
         // model did not take the host passes.
         assert_ne!(hidden, burn_hidden, "{arch:?}: the prompt ran through burn");
+
+        // Q8_0 prompts take the host passes too, within its rounding of burn's result; through
+        // burn (f32 weights) the last logits would equal burn's exactly.
+        let (q8_last, _, q8_step) = prompt_then_step(&model(arch, Some(WeightFormat::Q8_0)));
+        for (what, got, want) in [
+            ("last logits", &q8_last, &burn_last),
+            ("next step's logits", &q8_step, &burn_step),
+        ] {
+            let (diff, scale) = max_diff(got, want);
+            assert!(
+                diff > 0.0,
+                "{arch:?} Q8_0 {what}: equal to burn's, no host passes"
+            );
+            assert!(
+                diff <= 0.05 * scale.max(1.0),
+                "{arch:?} Q8_0 {what}: max |Δ| {diff} (max |value| {scale})"
+            );
+        }
     }
 }
 
