@@ -174,15 +174,12 @@ fn make_drafter<B: Backend>(
     }
 }
 
+/// A loaded draft model and its tokenizer.
+type LoadedDraft<B> = (spec_runtime::Transformer<B>, TextTokenizer);
+
 /// Draft models loaded so far, by path and weight format: methods that share a draft model (a
 /// bench sweeping K) share its weights, since cloning a loaded model only counts references.
-#[allow(clippy::type_complexity)]
-struct DraftModels<B: Backend>(
-    std::collections::HashMap<
-        (PathBuf, WeightFormat),
-        (spec_runtime::Transformer<B>, TextTokenizer),
-    >,
-);
+struct DraftModels<B: Backend>(std::collections::HashMap<(PathBuf, WeightFormat), LoadedDraft<B>>);
 
 impl<B: Backend> Default for DraftModels<B> {
     fn default() -> Self {
@@ -192,7 +189,7 @@ impl<B: Backend> Default for DraftModels<B> {
 
 /// How a draft model's projections are packed unless `--draft-weights` says otherwise. Q8_0
 /// rounds only the draft, which changes how often its tokens are accepted, never what is
-/// generated; it cut the 0.5B draft's step to ~0.4 of f32's (docs/benchmarks.md).
+/// generated; it cut the 0.5B draft's step to 0.43-0.44 of f32's (docs/benchmarks.md).
 const DEFAULT_DRAFT_WEIGHTS: WeightFormat = WeightFormat::Q8_0;
 
 /// `--method sampling --draft-model D [--k N | --k auto]`: speculative sampling with a draft model
