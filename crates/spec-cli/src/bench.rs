@@ -390,6 +390,8 @@ struct RunRecord {
     wall_seconds: f64,
     prompt_seconds: f64,
     tokens_per_second: f64,
+    /// Tokens after the first step per second after it (`GenerationStats`).
+    decode_tokens_per_second: f64,
     draft_seconds: f64,
     target_seconds: f64,
     /// Time in the drafter's `draft` calls that ran the draft model (`draft_forwards` forwards).
@@ -445,6 +447,8 @@ struct Summary {
     new_tokens: u64,
     tokens_per_second: f64,
     speedup: Option<f64>,
+    /// The same ratio of decode speeds (after the first step: prefill excluded).
+    decode_speedup: Option<f64>,
     tau: Option<f64>,
     alpha: Option<f64>,
     acceptance_by_position: Vec<f64>,
@@ -773,6 +777,7 @@ pub(crate) fn run<B: Backend>(args: &BenchArgs, device: &B::Device) -> Result<()
                         wall_seconds: generation.stats.wall_seconds,
                         prompt_seconds: generation.stats.prompt_seconds,
                         tokens_per_second: generation.stats.tokens_per_second,
+                        decode_tokens_per_second: generation.stats.decode_tokens_per_second,
                         draft_seconds: generation.draft_seconds,
                         target_seconds: generation.target_seconds,
                         draft_forward_seconds: generation.draft_forward_seconds,
@@ -965,6 +970,12 @@ fn summarize(runs: &[RunRecord], categories: &[String]) -> Vec<Summary> {
                 .as_ref()
                 .map(|p| mean(p.iter().map(|r| r.tokens_per_second)));
             let speedup = plain_tps.filter(|p| *p > 0.0).map(|p| tps / p);
+            let decode_tps = mean(mine.iter().map(|r| r.decode_tokens_per_second));
+            let decode_speedup = plain
+                .as_ref()
+                .map(|p| mean(p.iter().map(|r| r.decode_tokens_per_second)))
+                .filter(|p| *p > 0.0)
+                .map(|p| decode_tps / p);
             let sum = |f: fn(&RunRecord) -> u64| mine.iter().map(|r| f(r)).sum::<u64>();
             let (produced, forwards) = (sum(|r| r.produced), sum(|r| r.target_forwards));
             let (drafted, accepted) = (sum(|r| r.drafted), sum(|r| r.accepted));
@@ -998,6 +1009,7 @@ fn summarize(runs: &[RunRecord], categories: &[String]) -> Vec<Summary> {
                 new_tokens: mine.iter().map(|r| r.new_tokens as u64).sum(),
                 tokens_per_second: tps,
                 speedup,
+                decode_speedup,
                 tau: (forwards > 0).then(|| produced as f64 / forwards as f64),
                 alpha,
                 acceptance_by_position,
@@ -1113,7 +1125,9 @@ fn render_markdown(report: &Report, categories: &[String]) -> String {
     let _ = writeln!(
         s,
         "- total time {:.0} s\n\nspeedup = mean per-prompt tok/s ÷ plain decoding's on the same \
-         target; τ = tokens per target forward; α = accepted ÷ drafted; tok/s includes prefill.\n",
+         target; τ = tokens per target forward; α = accepted ÷ drafted; tok/s includes prefill; \
+         decode speedup = the same ratio of tokens per second after the first step (prefill and \
+         the first step, which may give several tokens, excluded).\n",
         report.total_seconds
     );
     if report.summaries.iter().any(|x| x.draft_bound.is_some()) {
@@ -1161,17 +1175,17 @@ fn render_markdown(report: &Report, categories: &[String]) -> String {
     let _ = writeln!(
         s,
         "| target | method | category | speedup | τ | α | K | c | bound | achieved ÷ bound | tok/s \
-         | mismatches | runs | peak RSS MiB |"
+         | decode speedup | mismatches | runs | peak RSS MiB |"
     );
     let _ = writeln!(
         s,
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for x in &report.summaries {
         let bound = x.draft_bound.as_ref();
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {} | {} | {} | {} |",
             x.target,
             x.method,
             x.category,
@@ -1183,6 +1197,7 @@ fn render_markdown(report: &Report, categories: &[String]) -> String {
             bound.map_or("–".into(), |b| format!("{:.2}×", b.speedup_bound)),
             opt(bound.and_then(|b| b.achieved_over_bound), 2),
             x.tokens_per_second,
+            x.decode_speedup.map_or("–".into(), |v| format!("{v:.2}×")),
             if report.greedy && !x.method.starts_with("plain") {
                 x.mismatches.to_string()
             } else {
@@ -1604,6 +1619,7 @@ mod tests {
             wall_seconds: 10.0 / tps,
             prompt_seconds: 0.1,
             tokens_per_second: tps,
+            decode_tokens_per_second: 2.0 * tps,
             draft_seconds: 0.0,
             target_seconds: 0.0,
             draft_forward_seconds: 0.0,
@@ -1794,7 +1810,9 @@ mod tests {
             row("sampling:k=2", "a")
         );
         assert!(row("sampling:k=auto", "a").contains("| 1.50 | 0.500 | 0.94× |"));
-        assert!(row("plain", "a").contains("| 1.00 | – | – | – | – | – | 15.00 |"));
+        assert!(row("plain", "a").contains("| 1.00 | – | – | – | – | – | 15.00 | 1.00× |"));
+        // Decode speeds are twice the whole-generation ones here, so the ratios are equal.
+        assert!(row("sampling:k=2", "a").contains("| 21.00 | 1.40× |"));
         assert!(row("pl", "a").contains("| 0.50 | – | – | – | – | 30.00 |"));
         assert!(md.contains("bound = E[τ] ÷ (K·c + 1)"));
         let json = serde_json::to_value(&report).unwrap();

@@ -189,6 +189,8 @@ pub fn generate_speculative<B: Backend>(
     let mut context = prompt.to_vec();
     let mut produced: Vec<u32> = Vec::with_capacity(options.max_new_tokens);
     let mut prompt_seconds = 0.0;
+    // Tokens the first step gave (up to K + 1), inside `prompt_seconds`.
+    let mut first_step_tokens = 0;
     let mut stop_reason = StopReason::MaxNewTokens;
     while produced.len() < options.max_new_tokens {
         let base = cache.len();
@@ -236,6 +238,7 @@ pub fn generate_speculative<B: Backend>(
         }
         if produced.is_empty() {
             prompt_seconds = start.elapsed().as_secs_f64();
+            first_step_tokens = new_tokens.len();
         }
         produced.extend(&new_tokens);
         context.extend(&new_tokens);
@@ -258,8 +261,8 @@ pub fn generate_speculative<B: Backend>(
             prompt_seconds,
             wall_seconds,
             tokens_per_second: n as f64 / wall_seconds.max(1e-9),
-            decode_tokens_per_second: if n > 1 {
-                (n - 1) as f64 / decode_seconds.max(1e-9)
+            decode_tokens_per_second: if n > first_step_tokens {
+                (n - first_step_tokens) as f64 / decode_seconds.max(1e-9)
             } else {
                 0.0
             },

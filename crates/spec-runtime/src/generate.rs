@@ -64,7 +64,9 @@ pub struct GenerationStats {
     pub wall_seconds: f64,
     /// New tokens per second of wall time, prompt included.
     pub tokens_per_second: f64,
-    /// New tokens after the first per second after the first (decode speed).
+    /// Tokens produced after the first step per second after it (decode speed). The first
+    /// step gives one token in plain decoding and up to K + 1 in a speculative one, all of them
+    /// inside `prompt_seconds`.
     pub decode_tokens_per_second: f64,
     pub stop_reason: StopReason,
 }
