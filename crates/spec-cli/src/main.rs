@@ -21,7 +21,7 @@ use serde::Serialize;
 use spec_core::sampling::SamplingConfig;
 use spec_engine::{Drafter, NoDraft, generate_speculative};
 use spec_runtime::model::{LoadOptions, WeightFormat};
-use spec_runtime::{GenerateOptions, GenerationStats, load::load_model, load_model_with};
+use spec_runtime::{GenerateOptions, GenerationStats, load_model, load_model_with};
 use spec_tokenizer::{Message, TextTokenizer};
 
 #[derive(Parser)]
@@ -214,13 +214,24 @@ fn sampling_drafter<B: Backend>(
     let format = args.draft_weights.unwrap_or(DEFAULT_DRAFT_WEIGHTS);
     let key = (path.clone(), format);
     if !drafts.0.contains_key(&key) {
-        let draft_tokenizer = load_tokenizer(&path)?;
-        let options = LoadOptions {
-            skinny_format: Some(format),
+        // Another format of a checkpoint already loaded is a repack of the same weights.
+        let loaded = drafts.0.iter().find(|((p, _), _)| *p == path);
+        let entry = match loaded.map(|(_, draft)| draft.clone()) {
+            Some((mut model, draft_tokenizer)) => {
+                model.pack(format)?;
+                (model, draft_tokenizer)
+            }
+            None => {
+                let draft_tokenizer = load_tokenizer(&path)?;
+                let options = LoadOptions {
+                    skinny_format: Some(format),
+                };
+                let draft = load_model_with::<B>(&path, device, options)
+                    .with_context(|| format!("loading the draft model {}", path.display()))?;
+                (draft.model, draft_tokenizer)
+            }
         };
-        let draft = load_model_with::<B>(&path, device, options)
-            .with_context(|| format!("loading the draft model {}", path.display()))?;
-        drafts.0.insert(key.clone(), (draft.model, draft_tokenizer));
+        drafts.0.insert(key.clone(), entry);
     }
     let Some((draft, draft_tokenizer)) = drafts.0.get(&key) else {
         bail!("draft model {} vanished from the cache", path.display());
