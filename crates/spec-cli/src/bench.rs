@@ -5,16 +5,20 @@
 //! Metrics, per method and category, over the run's records:
 //! - τ = tokens produced ÷ target verification forwards (each forward yields the accepted drafts
 //!   plus the target's own token, so plain decoding has τ = 1);
-//! - α = accepted drafts ÷ drafted tokens;
+//! - α = accepted drafts ÷ drafted tokens; α per tested draft = accepted ÷ (accepted +
+//!   rejections), the drafts after a chain's first rejection not counted (`spec_core::metrics`);
 //! - tok/s = the mean over prompts of `new tokens ÷ wall seconds` (prefill included);
 //! - speedup = that mean ÷ the same mean of plain decoding on the same target, prompts and run.
 //!
 //! Methods with a draft model (`sampling`, fixed K or `k=auto`) are also set against the analytic
 //! speedup of Leviathan et al. (2023, Theorem 3.8), `E[τ] / (K·c + 1)` with
-//! `E[τ] = (1 − α^{K+1}) / (1 − α)` ([`DraftBound`]): α as above, K the fixed draft length (for
+//! `E[τ] = (1 − α^{K+1}) / (1 − α)` ([`DraftBound`]): α per tested draft (the model's α; Spec-Bench's
+//! α reads low for long chains and would understate the bound), K the fixed draft length (for
 //! `auto` the mean drafted tokens per step), and c the measured cost ratio, the mean time of one
 //! draft-model step (a forward and the sampling of its token) ÷ the mean time of one plain decode
-//! step of the same target over the same prompts in the same run.
+//! step of the same target over the same prompts in the same run. The bound charges a
+//! verification as one plain step; v, the measured time of a verification step ÷ a plain step,
+//! and `E[τ] / (K·c + v)` show how much of the gap that charge explains.
 //!
 //! Greedy runs (temperature 0) also check losslessness: each method's tokens must equal plain
 //! decoding's on the same prompt and repeat; any difference is a mismatch and makes the command
@@ -406,8 +410,11 @@ struct RunRecord {
     draft_forwards: u64,
     drafted: u64,
     accepted: u64,
+    /// Steps whose accepted path was shorter than the drafted depth.
+    rejections: u64,
     produced: u64,
     alpha: Option<f64>,
+    alpha_per_tested_draft: Option<f64>,
     tau: Option<f64>,
     drafted_by_position: Vec<u64>,
     accepted_by_position: Vec<u64>,
@@ -451,6 +458,8 @@ struct Summary {
     decode_speedup: Option<f64>,
     tau: Option<f64>,
     alpha: Option<f64>,
+    /// accepted ÷ (accepted + rejections): the α of the bound.
+    alpha_per_tested_draft: Option<f64>,
     acceptance_by_position: Vec<f64>,
     mismatches: usize,
     max_peak_rss_bytes: Option<u64>,
@@ -463,6 +472,8 @@ struct Summary {
 /// c, against the speedup achieved.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 struct DraftBound {
+    /// α per tested draft, the model's per-token acceptance rate.
+    alpha: f64,
     /// K: the fixed draft length, or for `k=auto` the mean drafted tokens per step.
     k: f64,
     /// Mean seconds of one draft-model step: its forward and the sampling of its token.
@@ -472,12 +483,19 @@ struct DraftBound {
     plain_step_seconds: f64,
     /// c = `draft_forward_seconds` ÷ `plain_step_seconds`.
     cost_ratio: f64,
-    /// E[τ] = (1 − α^{K+1}) / (1 − α), from the summary's α.
+    /// E[τ] = (1 − α^{K+1}) / (1 − α), from `alpha`.
     expected_tau: f64,
     /// E[τ] ÷ (K·c + 1).
     speedup_bound: f64,
     /// The summary's speedup ÷ `speedup_bound` (null without a plain baseline).
     achieved_over_bound: Option<f64>,
+    /// The summary's decode speedup ÷ `speedup_bound`: like the bound, without the prefill.
+    decode_over_bound: Option<f64>,
+    /// v = mean time of one verification step (the target's forward over the K + 1 positions,
+    /// verification and cache rollback) ÷ `plain_step_seconds`; the bound takes it as 1.
+    verify_ratio: f64,
+    /// E[τ] ÷ (K·c + v): the bound with the verification's measured cost.
+    bound_with_verify: f64,
 }
 
 /// Where the run happened.
@@ -788,8 +806,10 @@ pub(crate) fn run<B: Backend>(args: &BenchArgs, device: &B::Device) -> Result<()
                         draft_forwards: m.draft_forwards,
                         drafted: m.drafted,
                         accepted: m.accepted,
+                        rejections: m.rejections,
                         produced: m.produced,
                         alpha: m.alpha(),
+                        alpha_per_tested_draft: m.alpha_per_tested_draft(),
                         tau: m.tau(),
                         drafted_by_position: m.by_position.iter().map(|c| c.drafted).collect(),
                         accepted_by_position: m.by_position.iter().map(|c| c.accepted).collect(),
@@ -998,9 +1018,16 @@ fn summarize(runs: &[RunRecord], categories: &[String]) -> Vec<Summary> {
                 })
                 .collect();
             let alpha = (drafted > 0).then(|| accepted as f64 / drafted as f64);
-            let draft_bound = plain
-                .as_deref()
-                .and_then(|plain| draft_bound(&mine, plain, alpha, speedup));
+            let tested = accepted + sum(|r| r.rejections);
+            let alpha_per_tested_draft = (tested > 0).then(|| accepted as f64 / tested as f64);
+            let draft_bound = plain.as_deref().and_then(|plain| {
+                draft_bound(
+                    &mine,
+                    plain,
+                    alpha_per_tested_draft,
+                    (speedup, decode_speedup),
+                )
+            });
             out.push(Summary {
                 target: target.clone(),
                 method: method.clone(),
@@ -1012,6 +1039,7 @@ fn summarize(runs: &[RunRecord], categories: &[String]) -> Vec<Summary> {
                 decode_speedup,
                 tau: (forwards > 0).then(|| produced as f64 / forwards as f64),
                 alpha,
+                alpha_per_tested_draft,
                 acceptance_by_position,
                 mismatches: mine
                     .iter()
@@ -1026,14 +1054,14 @@ fn summarize(runs: &[RunRecord], categories: &[String]) -> Vec<Summary> {
 }
 
 /// The [`DraftBound`] of a draft-model method's runs `mine` (one method, one target), with
-/// `plain` the plain runs of the same target and prompts, `alpha` and `speedup` the summary's.
-/// `None` for methods without a draft model, or when something it needs was not measured
-/// (nothing drafted, no plain steps).
+/// `plain` the plain runs of the same target and prompts, `alpha` (per tested draft) and the
+/// speedups (whole generation, decode) the summary's. `None` for methods without a draft model,
+/// or when something it needs was not measured (nothing drafted, no plain steps).
 fn draft_bound(
     mine: &[&RunRecord],
     plain: &[&RunRecord],
     alpha: Option<f64>,
-    speedup: Option<f64>,
+    (speedup, decode_speedup): (Option<f64>, Option<f64>),
 ) -> Option<DraftBound> {
     let first = mine.first()?;
     if !uses_draft_model(&first.method_name) {
@@ -1060,14 +1088,20 @@ fn draft_bound(
     };
     let cost_ratio = draft_forward_seconds / plain_step_seconds;
     let speedup_bound = speedup_bound(alpha, k, cost_ratio);
+    let expected_tau = expected_tokens_at(alpha, k);
+    let verify_ratio = total(mine, |r| r.step_seconds) / steps as f64 / plain_step_seconds;
     Some(DraftBound {
+        alpha,
         k,
         draft_forward_seconds,
         plain_step_seconds,
         cost_ratio,
-        expected_tau: expected_tokens_at(alpha, k),
+        expected_tau,
         speedup_bound,
         achieved_over_bound: speedup.map(|s| s / speedup_bound),
+        decode_over_bound: decode_speedup.map(|s| s / speedup_bound),
+        verify_ratio,
+        bound_with_verify: expected_tau / (k * cost_ratio + verify_ratio),
     })
 }
 
@@ -1133,11 +1167,14 @@ fn render_markdown(report: &Report, categories: &[String]) -> String {
     if report.summaries.iter().any(|x| x.draft_bound.is_some()) {
         let _ = writeln!(
             s,
-            "Draft-model methods: K = the draft length (`k=auto`: mean drafted tokens per step); \
-             c = mean time of one draft-model step (forward and sampling) ÷ mean time of one \
-             plain decode step of the same target in this run; bound = E[τ] ÷ (K·c + 1) with \
-             E[τ] = (1 − α^(K+1)) ÷ (1 − α) (Leviathan et al. 2023, Theorem 3.8); achieved ÷ \
-             bound = speedup ÷ bound (the speedup includes prefill, the bound does not).\n"
+            "Draft-model methods: α tested = accepted ÷ (accepted + rejections), the drafts \
+             after a rejection not counted; K = the draft length (`k=auto`: mean drafted tokens \
+             per step); c = mean time of one draft-model step (forward and sampling) ÷ mean time \
+             of one plain decode step of the same target in this run; bound = E[τ] ÷ (K·c + 1) \
+             with E[τ] = (1 − α^(K+1)) ÷ (1 − α), α tested (Leviathan et al. 2023, Theorem 3.8); \
+             speedup ÷ bound includes the prefill, decode ÷ bound does not (nor does the bound); \
+             v = mean time of one verification step ÷ that of a plain step (the bound takes 1); \
+             with v = E[τ] ÷ (K·c + v).\n"
         );
     }
 
@@ -1174,28 +1211,20 @@ fn render_markdown(report: &Report, categories: &[String]) -> String {
     let _ = writeln!(s, "\n## Details\n");
     let _ = writeln!(
         s,
-        "| target | method | category | speedup | τ | α | K | c | bound | achieved ÷ bound | tok/s \
-         | decode speedup | mismatches | runs | peak RSS MiB |"
+        "| target | method | category | speedup | τ | α | tok/s | decode speedup | mismatches \
+         | runs | peak RSS MiB |"
     );
-    let _ = writeln!(
-        s,
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
     for x in &report.summaries {
-        let bound = x.draft_bound.as_ref();
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {:.2} | {} | {} | {} | {} |",
             x.target,
             x.method,
             x.category,
             x.speedup.map_or("–".into(), |v| format!("{v:.2}×")),
             opt(x.tau, 2),
             opt(x.alpha, 2),
-            opt(bound.map(|b| b.k), 2),
-            opt(bound.map(|b| b.cost_ratio), 3),
-            bound.map_or("–".into(), |b| format!("{:.2}×", b.speedup_bound)),
-            opt(bound.and_then(|b| b.achieved_over_bound), 2),
             x.tokens_per_second,
             x.decode_speedup.map_or("–".into(), |v| format!("{v:.2}×")),
             if report.greedy && !x.method.starts_with("plain") {
@@ -1207,6 +1236,41 @@ fn render_markdown(report: &Report, categories: &[String]) -> String {
             x.max_peak_rss_bytes
                 .map_or("–".into(), |b| format!("{:.0}", b as f64 / 1048576.0)),
         );
+    }
+
+    let bounded: Vec<(&Summary, &DraftBound)> = report
+        .summaries
+        .iter()
+        .filter_map(|x| Some((x, x.draft_bound.as_ref()?)))
+        .collect();
+    if !bounded.is_empty() {
+        let _ = writeln!(s, "\n## Draft-model methods against the bound\n");
+        let _ = writeln!(
+            s,
+            "| target | method | category | τ | α tested | K | c | E[τ] | bound | speedup ÷ bound \
+             | decode ÷ bound | v | with v |"
+        );
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        for (x, b) in bounded {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {:.2} | {:.2} | {:.3} | {:.2} | {:.2}× | {} | {} | {:.2} \
+                 | {:.2}× |",
+                x.target,
+                x.method,
+                x.category,
+                opt(x.tau, 2),
+                b.alpha,
+                b.k,
+                b.cost_ratio,
+                b.expected_tau,
+                b.speedup_bound,
+                opt(b.achieved_over_bound, 2),
+                opt(b.decode_over_bound, 2),
+                b.verify_ratio,
+                b.bound_with_verify,
+            );
+        }
     }
 
     let drafting: Vec<&Summary> = report
@@ -1604,6 +1668,13 @@ mod tests {
         drafted: &[u64],
         accepted: &[u64],
     ) -> RunRecord {
+        // Chains: the tests at position p are the steps that accepted p − 1 and drafted p.
+        let mut rejections = 0;
+        let mut reached = drafted.first().copied().unwrap_or(0);
+        for (&d, &a) in drafted.iter().zip(accepted) {
+            rejections += reached.min(d) - a;
+            reached = a;
+        }
         RunRecord {
             target: "t".into(),
             method: method.into(),
@@ -1630,8 +1701,10 @@ mod tests {
             draft_forwards: 0,
             drafted: drafted.iter().sum(),
             accepted: accepted.iter().sum(),
+            rejections,
             produced: 10,
             alpha: None,
+            alpha_per_tested_draft: None,
             tau: None,
             drafted_by_position: drafted.to_vec(),
             accepted_by_position: accepted.to_vec(),
@@ -1677,7 +1750,8 @@ mod tests {
         assert_eq!(plain.alpha, None);
     }
 
-    /// A draft-model run: `steps` steps, `forwards` draft forwards taking `seconds` in all.
+    /// A draft-model run: `steps` steps of 0.3 s, `forwards` draft forwards taking `seconds` in
+    /// all.
     fn draft_run(
         mut r: RunRecord,
         fixed_k: Option<usize>,
@@ -1687,6 +1761,7 @@ mod tests {
     ) -> RunRecord {
         r.fixed_k = fixed_k;
         r.steps = steps;
+        r.step_seconds = 0.3 * steps as f64;
         r.draft_forwards = forwards;
         r.draft_forward_seconds = seconds;
         r
@@ -1706,7 +1781,8 @@ mod tests {
             plain_run("a", 10.0, 10, 1.0),
             plain_run("a", 20.0, 10, 3.0),
             plain_run("b", 8.0, 10, 2.0),
-            // K = 2 over 4 steps: α = 4 / 8; 8 draft forwards of 0.05 s: c = 0.05 / 0.2.
+            // K = 2 over 4 steps: α = 4 / 8, 3 rejections, α tested = 4 / 7; 8 draft forwards
+            // of 0.05 s: c = 0.05 / 0.2; verification 0.3 s: v = 1.5.
             draft_run(
                 record("sampling:k=2", "a", 21.0, &[4, 4], &[3, 1]),
                 Some(2),
@@ -1714,7 +1790,8 @@ mod tests {
                 8,
                 0.4,
             ),
-            // auto: 6 drafted in 4 steps, K = 1.5; α = 3 / 6; forwards of 0.1 s: c = 0.5.
+            // auto: 6 drafted in 4 steps, K = 1.5; α = 3 / 6, 3 rejections, α tested = 3 / 6;
+            // forwards of 0.1 s: c = 0.5.
             draft_run(
                 record("sampling:k=auto", "a", 12.0, &[3, 2, 1], &[2, 1, 0]),
                 None,
@@ -1740,11 +1817,19 @@ mod tests {
             assert!((b.draft_forward_seconds - 0.05).abs() < 1e-12);
             assert!((b.plain_step_seconds - 0.2).abs() < 1e-12, "{c}");
             assert!((b.cost_ratio - 0.25).abs() < 1e-12);
-            assert!((b.expected_tau - 1.75).abs() < 1e-12);
-            assert!((b.speedup_bound - 1.75 / 1.5).abs() < 1e-12);
+            // E[τ] from α tested = 4/7, not from α = 1/2 (which gives 1.75).
+            assert!((x.alpha.unwrap() - 0.5).abs() < 1e-12);
+            assert!((b.alpha - 4.0 / 7.0).abs() < 1e-12);
+            let tau = (1.0 - (4.0f64 / 7.0).powi(3)) / (3.0 / 7.0);
+            assert!((b.expected_tau - tau).abs() < 1e-12);
+            assert!((b.speedup_bound - tau / 1.5).abs() < 1e-12);
             // Achieved: 21 tok/s ÷ plain's mean 15 tok/s in "a" (all: 38/3) = 1.4 in "a".
             let achieved = x.speedup.unwrap();
-            assert!((b.achieved_over_bound.unwrap() - achieved / (1.75 / 1.5)).abs() < 1e-12);
+            assert!((b.achieved_over_bound.unwrap() - achieved / (tau / 1.5)).abs() < 1e-12);
+            let decode = x.decode_speedup.unwrap();
+            assert!((b.decode_over_bound.unwrap() - decode / (tau / 1.5)).abs() < 1e-12);
+            assert!((b.verify_ratio - 1.5).abs() < 1e-12);
+            assert!((b.bound_with_verify - tau / 2.0).abs() < 1e-12);
         }
         assert!((get("sampling:k=2", "a").speedup.unwrap() - 1.4).abs() < 1e-12);
 
@@ -1761,6 +1846,8 @@ mod tests {
         let mut idle = bound_runs();
         idle.retain(|r| r.method_name == "plain" || r.method == "sampling:k=2");
         idle[3].drafted = 0;
+        idle[3].accepted = 0;
+        idle[3].rejections = 0;
         assert!(summarize(&idle, &cats)[3].draft_bound.is_none());
     }
 
@@ -1796,25 +1883,49 @@ mod tests {
             runs,
         };
         let md = render_markdown(&report, &categories);
-        let row = |method: &str, category: &str| {
+        // The details row, then the bound table's row if the method has one.
+        let rows = |method: &str, category: &str| -> Vec<String> {
             md.lines()
-                .find(|l| l.starts_with(&format!("| t | {method} | {category} |")))
-                .unwrap()
-                .to_owned()
+                .filter(|l| l.starts_with(&format!("| t | {method} | {category} |")))
+                .map(str::to_owned)
+                .collect()
         };
-        // speedup | τ | α | K | c | bound | achieved ÷ bound | tok/s
-        assert!(
-            row("sampling:k=2", "a")
-                .contains("| 1.40× | 1.67 | 0.50 | 2.00 | 0.250 | 1.17× | 1.20 | 21.00 |"),
-            "{}",
-            row("sampling:k=2", "a")
-        );
-        assert!(row("sampling:k=auto", "a").contains("| 1.50 | 0.500 | 0.94× |"));
-        assert!(row("plain", "a").contains("| 1.00 | – | – | – | – | – | 15.00 | 1.00× |"));
+        // Details: speedup | τ | α | tok/s | decode speedup
+        let k2 = rows("sampling:k=2", "a");
         // Decode speeds are twice the whole-generation ones here, so the ratios are equal.
-        assert!(row("sampling:k=2", "a").contains("| 21.00 | 1.40× |"));
-        assert!(row("pl", "a").contains("| 0.50 | – | – | – | – | 30.00 |"));
+        assert!(
+            k2[0].contains("| 1.40× | 1.67 | 0.50 | 21.00 | 1.40× |"),
+            "{}",
+            k2[0]
+        );
+        // Bound: τ | α tested | K | c | E[τ] | bound | speedup ÷ bound | decode ÷ bound | v |
+        // with v
+        assert!(
+            k2[1].contains(
+                "| 1.67 | 0.57 | 2.00 | 0.250 | 1.90 | 1.27× | 1.11 | 1.11 | 1.50 | 0.95× |"
+            ),
+            "{}",
+            k2[1]
+        );
+        let auto = rows("sampling:k=auto", "a");
+        assert!(
+            auto[1].contains("| 0.50 | 1.50 | 0.500 | 1.65 | 0.94× | 0.85 |"),
+            "{}",
+            auto[1]
+        );
+        assert!(auto[1].ends_with("| 1.50 | 0.73× |"), "{}", auto[1]);
+        let plain = rows("plain", "a");
+        assert_eq!(plain.len(), 1);
+        assert!(
+            plain[0].contains("| 1.00× | 1.00 | – | 15.00 | 1.00× |"),
+            "{}",
+            plain[0]
+        );
+        let pl = rows("pl", "a");
+        assert_eq!(pl.len(), 1);
+        assert!(pl[0].contains("| 0.50 | 30.00 |"), "{}", pl[0]);
         assert!(md.contains("bound = E[τ] ÷ (K·c + 1)"));
+        assert!(md.contains("## Draft-model methods against the bound"));
         let json = serde_json::to_value(&report).unwrap();
         let bound = &json["summaries"]
             .as_array()

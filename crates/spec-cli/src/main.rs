@@ -281,6 +281,8 @@ struct JsonStats {
     drafted: u64,
     accepted: u64,
     alpha: Option<f64>,
+    /// accepted ÷ (accepted + rejections): see `spec_core::metrics`.
+    alpha_per_tested_draft: Option<f64>,
     tau: Option<f64>,
     acceptance_by_position: Vec<f64>,
     draft_seconds: f64,
@@ -405,6 +407,7 @@ fn generate<B: Backend>(args: &GenerateArgs, device: &B::Device) -> Result<()> {
                 drafted: generation.metrics.drafted,
                 accepted: generation.metrics.accepted,
                 alpha: generation.metrics.alpha(),
+                alpha_per_tested_draft: generation.metrics.alpha_per_tested_draft(),
                 tau: generation.metrics.tau(),
                 acceptance_by_position: generation.metrics.acceptance_by_position(),
                 draft_seconds: generation.draft_seconds,

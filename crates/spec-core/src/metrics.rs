@@ -1,6 +1,11 @@
 //! Counters of a speculative run, and the figures derived from them as Spec-Bench defines them.
 //!
 //! - α (acceptance rate) = accepted drafted tokens ÷ drafted tokens.
+//! - α per tested draft = accepted ÷ (accepted + rejections), a rejection being a step whose
+//!   drafted path was cut short. A draft after the first rejection of a chain is never tested,
+//!   yet α counts it as not accepted, so α reads low for long chains; this one is the
+//!   maximum-likelihood estimate of the per-token acceptance rate of Leviathan et al.'s
+//!   (2023) i.i.d. model, the α of `E[τ] = (1 − α^{K+1}) / (1 − α)`.
 //! - τ (mean accepted length) = tokens produced ÷ target forward passes, counting the token each
 //!   verification pass produces itself. Plain decoding has τ = 1.
 //! - Acceptance by position: for each draft position (chain index or tree depth, from 1), the
@@ -35,6 +40,9 @@ pub struct Metrics {
     pub drafted: u64,
     /// Drafted tokens the target accepted.
     pub accepted: u64,
+    /// Steps whose accepted path is shorter than the drafted depth (one rejected test each).
+    #[serde(default)]
+    pub rejections: u64,
     /// Tokens appended to the output: accepted drafts plus one per step.
     pub produced: u64,
     /// Counts by draft position; index 0 is position 1.
@@ -55,6 +63,7 @@ impl Metrics {
         self.target_forwards += 1;
         self.drafted += drafted as u64;
         self.accepted += accepted as u64;
+        self.rejections += u64::from(accepted < depth);
         self.produced += accepted as u64 + 1;
         if self.by_position.len() < depth {
             self.by_position.resize(depth, PositionCounts::default());
@@ -79,6 +88,13 @@ impl Metrics {
     /// α = accepted ÷ drafted; `None` before anything was drafted.
     pub fn alpha(&self) -> Option<f64> {
         (self.drafted > 0).then(|| self.accepted as f64 / self.drafted as f64)
+    }
+
+    /// α per tested draft = accepted ÷ (accepted + rejections); `None` before anything was
+    /// tested.
+    pub fn alpha_per_tested_draft(&self) -> Option<f64> {
+        let tested = self.accepted + self.rejections;
+        (tested > 0).then(|| self.accepted as f64 / tested as f64)
     }
 
     /// τ = produced ÷ target forwards; `None` before any step.
@@ -107,6 +123,7 @@ impl Metrics {
         self.draft_forwards += other.draft_forwards;
         self.drafted += other.drafted;
         self.accepted += other.accepted;
+        self.rejections += other.rejections;
         self.produced += other.produced;
         if self.by_position.len() < other.by_position.len() {
             self.by_position
@@ -132,8 +149,39 @@ mod tests {
         m.record_counts(4, 4, 4);
         assert_eq!(m.produced, 3 + 5);
         assert_eq!(m.alpha(), Some(6.0 / 8.0));
+        // Tested: the 6 accepted and the third draft of the first step.
+        assert_eq!(m.rejections, 1);
+        assert_eq!(m.alpha_per_tested_draft(), Some(6.0 / 7.0));
         assert_eq!(m.tau(), Some(4.0));
         assert_eq!(m.acceptance_by_position(), vec![1.0, 1.0, 0.5, 0.5]);
+    }
+
+    /// Chains of K = 8 whose drafts are each accepted with probability 0.9 until the first
+    /// rejection: α per tested draft recovers 0.9 and predicts τ; α does neither.
+    #[test]
+    fn alpha_per_tested_draft_recovers_the_iid_rate() {
+        let (rate, k) = (0.9, 8);
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut uniform = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let mut m = Metrics::default();
+        for _ in 0..20_000 {
+            let accepted = (0..k).take_while(|_| uniform() < rate).count();
+            m.record_counts(k, k, accepted);
+        }
+        let tested = m.alpha_per_tested_draft().unwrap();
+        assert!((tested - rate).abs() < 0.005, "{tested}");
+        let expected_tau = |a: f64| (1.0 - a.powi(k as i32 + 1)) / (1.0 - a);
+        let tau = m.tau().unwrap();
+        assert!((expected_tau(tested) - tau).abs() < 0.05, "{tau}");
+        // E[accepted] / K = (0.9 + ... + 0.9^8) / 8 = 0.64.
+        let alpha = m.alpha().unwrap();
+        assert!((alpha - 0.64).abs() < 0.01, "{alpha}");
+        assert!(expected_tau(alpha) < tau - 1.0);
     }
 
     #[test]
