@@ -17,8 +17,8 @@ use spec_runtime::{
     generate_plain,
 };
 
-/// New-token counts timed, as the issue's table asks.
-const ROWS: [usize; 5] = [1, 2, 4, 8, 16];
+/// New-token counts timed by default, as the issue's table asks.
+const DEFAULT_ROWS: &str = "1,2,4,8,16";
 /// Tokens in the context before each timed pass (attention then reads a realistic cache).
 const CONTEXT: usize = 64;
 /// Tokens generated for the decode-speed figure.
@@ -41,6 +41,10 @@ pub(crate) struct BenchForwardArgs {
     /// Timed rounds (each times every n once; medians are reported).
     #[arg(long, default_value_t = 20)]
     reps: usize,
+    /// New-token counts to time, comma-separated, each 1..=64 (1 is always timed: the ratios
+    /// are to it); e.g. `1,5` for a K = 4 verification.
+    #[arg(long, default_value = DEFAULT_ROWS)]
+    rows: String,
     /// KV-cache capacity in positions (default: just what the run needs).
     #[arg(long)]
     capacity: Option<usize>,
@@ -77,6 +81,7 @@ pub(crate) fn run(args: &BenchForwardArgs) -> Result<()> {
     if args.reps == 0 {
         bail!("--reps must be at least 1");
     }
+    let rows = parse_rows(&args.rows)?;
     let path = spec_models::resolve(&args.model)?;
     let file = spec_gguf::GgufFile::open(&path).with_context(|| {
         format!(
@@ -93,11 +98,12 @@ pub(crate) fn run(args: &BenchForwardArgs) -> Result<()> {
             args.reps,
             bandwidth / 1e9
         );
+        let columns: String = rows.iter().map(|n| format!(" n={n} |")).collect();
         println!(
-            "| weights | n=1 | n=2 | n=4 | n=8 | n=16 | decode tok/s | bound tok/s | decode ÷ bound \
-             | prefill tok/s ({PREFILL} tokens) |"
+            "| weights |{columns} decode tok/s | bound tok/s | decode ÷ bound | prefill tok/s \
+             ({PREFILL} tokens) |"
         );
-        println!("|---|---|---|---|---|---|---|---|---|---|");
+        println!("|---|{}---|---|---|---|", "---|".repeat(rows.len()));
     }
     for name in args.weights.split(',') {
         let format = match name {
@@ -113,10 +119,10 @@ pub(crate) fn run(args: &BenchForwardArgs) -> Result<()> {
                 skinny_format: format,
             },
         )?;
-        let rounds = time_rounds(&model, &config, args.reps, args.capacity)?;
+        let rounds = time_rounds(&model, &config, &rows, args.reps, args.capacity)?;
         let mut forward_ms = std::collections::BTreeMap::new();
         let mut forward_ratio = std::collections::BTreeMap::new();
-        for (column, n) in ROWS.iter().enumerate() {
+        for (column, n) in rows.iter().enumerate() {
             let ms = median(rounds.iter().map(|r| r[column]).collect());
             let ratio = median(rounds.iter().map(|r| r[column] / r[0]).collect());
             forward_ms.insert(n.to_string(), ms);
@@ -143,7 +149,7 @@ pub(crate) fn run(args: &BenchForwardArgs) -> Result<()> {
             println!("{}", serde_json::to_string(&report)?);
         } else {
             let mut row = format!("| {name} |");
-            for n in ROWS {
+            for n in &rows {
                 let key = n.to_string();
                 row.push_str(&format!(
                     " {:.1} ms ({:.2}×) |",
@@ -195,16 +201,18 @@ fn time_prefill(model: &Transformer<Flex>, config: &ModelConfig) -> Result<f64> 
 }
 
 /// Milliseconds of a forward over `n` new tokens (logits for all of them) after a
-/// [`CONTEXT`]-token prefix, for each `n` of [`ROWS`] in turn, rolled back after each: one row
+/// [`CONTEXT`]-token prefix, for each `n` of `rows` in turn, rolled back after each: one row
 /// per timed round.
 fn time_rounds(
     model: &Transformer<Flex>,
     config: &ModelConfig,
+    rows: &[usize],
     reps: usize,
     capacity: Option<usize>,
 ) -> Result<Vec<Vec<f64>>> {
     let context = context_tokens(config);
-    let mut cache = model.new_cache(capacity.unwrap_or(CONTEXT + ROWS[ROWS.len() - 1]));
+    let most = rows.iter().copied().max().unwrap_or(1);
+    let mut cache = model.new_cache(capacity.unwrap_or(CONTEXT + most));
     model.forward(
         ForwardRequest::tokens(&context).logits(LogitRows::None),
         &mut cache,
@@ -212,8 +220,8 @@ fn time_rounds(
     let mut rounds = Vec::with_capacity(reps);
     // Two untimed rounds warm the caches and the allocator.
     for round in 0..reps + 2 {
-        let mut times = Vec::with_capacity(ROWS.len());
-        for n in ROWS {
+        let mut times = Vec::with_capacity(rows.len());
+        for &n in rows {
             let start = Instant::now();
             let out = model.forward(
                 ForwardRequest::tokens(&context[..n]).logits(LogitRows::All),
@@ -231,6 +239,24 @@ fn time_rounds(
         }
     }
     Ok(rounds)
+}
+
+/// `--rows`: sorted, without repeats, 1 first.
+fn parse_rows(text: &str) -> Result<Vec<usize>> {
+    let mut rows = vec![1];
+    for part in text.split(',') {
+        let n: usize = part
+            .trim()
+            .parse()
+            .with_context(|| format!("--rows: {part:?} is not a count of tokens"))?;
+        if !(1..=CONTEXT).contains(&n) {
+            bail!("--rows: {n} is outside 1..={CONTEXT}");
+        }
+        rows.push(n);
+    }
+    rows.sort_unstable();
+    rows.dedup();
+    Ok(rows)
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -276,4 +302,18 @@ fn read_bandwidth() -> f64 {
         best = best.max((data.len() * 4) as f64 / seconds);
     }
     best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_are_sorted_deduplicated_and_start_at_one() {
+        assert_eq!(parse_rows(DEFAULT_ROWS).unwrap(), vec![1, 2, 4, 8, 16]);
+        assert_eq!(parse_rows("5, 3,5").unwrap(), vec![1, 3, 5]);
+        assert!(parse_rows("0").is_err());
+        assert!(parse_rows("65").is_err());
+        assert!(parse_rows("four").is_err());
+    }
 }
