@@ -28,6 +28,10 @@ mod imp {
         const PANEL_BLOCK_BYTES: usize;
         /// Whether a one-row tile (a decode step) prefetches too.
         const PREFETCH_ONE_ROW: bool;
+        /// Whether five rows of `x` run as one 2 × 5 tile (10 accumulators, 5 vectors of `x`
+        /// and the weight: all 16 registers). Only f32 widens a weight without a spare
+        /// register; for the others it spilled and ran slower than 4 rows and then 1.
+        const FIVE_ROW_TILE: bool = false;
     }
 
     /// How far ahead of a tile its panels' weights are asked for: 4 KB of each panel. Measured
@@ -58,6 +62,7 @@ mod imp {
         // f32's one-row tile streams fast enough for the hardware prefetcher alone; hints
         // measured 0-7% slower.
         const PREFETCH_ONE_ROW: bool = false;
+        const FIVE_ROW_TILE: bool = true;
 
         #[inline(always)]
         fn part(self, _simd: V3, b: usize, j: usize) -> f32x8 {
@@ -147,7 +152,7 @@ mod imp {
     /// Per vector of a block, the `M` vectors of `x` are loaded once and each widened weight
     /// vector is used `M` times: `RR + M` loads for `RR × M` FMAs, and the `RR × M` accumulators,
     /// `M` vectors of `x` and one of weights fit in the 16 AVX registers for the shapes used
-    /// (4 × 1, 4 × 2, 2 × 4). Sums are reduced horizontally once, at the end of the rows.
+    /// (4 × 1, 4 × 2, 2 × 3, 2 × 4, 2 × 5). Sums are reduced horizontally once, at the end of the rows.
     // Index loops over the register tile: fixed trip counts the compiler unrolls.
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
@@ -212,8 +217,8 @@ mod imp {
         }
     }
 
-    /// Weight rows `r..r + RR` against every row of `x`: tiles of `MX` (4 or 2) rows of `x`,
-    /// then 2 and 1 for the rest.
+    /// Weight rows `r..r + RR` against every row of `x`: tiles of `MX` (4 or 2) rows of `x`
+    /// (with `MX` 4, a last 3 or 5 in one tile), then 2 and 1 for the rest.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn run_rows<'x, W: Row, const RR: usize, const MX: usize>(
@@ -228,9 +233,19 @@ mod imp {
     ) {
         let mut i = 0;
         if MX == 4 {
-            while i + 4 <= m {
-                run_tile::<W, RR, 4>(simd, row, r, col, i, x_row, blocks, outs);
-                i += 4;
+            // Three or five rows left (a verification of K = 2 or 4) take one pass over these
+            // weight rows, not two.
+            while m - i >= 3 {
+                if m - i == 3 {
+                    run_tile::<W, RR, 3>(simd, row, r, col, i, x_row, blocks, outs);
+                    i += 3;
+                } else if m - i == 5 && W::FIVE_ROW_TILE {
+                    run_tile::<W, RR, 5>(simd, row, r, col, i, x_row, blocks, outs);
+                    i += 5;
+                } else {
+                    run_tile::<W, RR, 4>(simd, row, r, col, i, x_row, blocks, outs);
+                    i += 4;
+                }
             }
         }
         while i + 2 <= m {
@@ -243,9 +258,9 @@ mod imp {
     }
 
     /// Runs the tiles over weight rows `rows` for every row of `x`: 4 weight rows × 1 or 2 rows
-    /// of `x` for up to three rows; from four rows on, 2 weight rows (one panel) × 4 rows of
-    /// `x`, so each widened weight vector serves four FMAs (8 accumulators, 4 vectors of `x` and
-    /// the weight fit in the 16 registers).
+    /// of `x` for one or two rows; from three rows on, 2 weight rows (one panel) × up to 4 rows
+    /// of `x` (5 for f32), so each widened weight vector serves several FMAs (8 accumulators,
+    /// 4 vectors of `x` and the weight fit in the 16 registers).
     #[inline(always)]
     fn sweep<W: Row>(
         simd: V3,
@@ -259,7 +274,7 @@ mod imp {
         let x_row = |i: usize| &x[i * blocks..(i + 1) * blocks];
         let start = rows.start;
         let mut r = rows.start;
-        if m >= 4 {
+        if m >= 3 {
             while rows.end - r >= 2 {
                 run_rows::<W, 2, 4>(simd, &row, r, r - start, &x_row, blocks, m, outs);
                 r += 2;

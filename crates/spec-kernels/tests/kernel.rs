@@ -75,6 +75,37 @@ proptest! {
     }
 }
 
+/// A row of `x` gets the same bits whatever the other rows of the product: greedy speculative
+/// decoding relies on a verification over K + 1 rows scoring each position exactly as a decode
+/// step of one row does. Every tile shape (1 to 5 rows of `x`, 1 to 4 weight rows) and the
+/// threaded split are covered by `m` in 1..=16 and the odd `n`.
+#[test]
+fn a_row_does_not_depend_on_the_others() {
+    let (n, k) = (203, 1000);
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let weights = random(n * k, &mut rng);
+    let x = random(16 * k, &mut rng);
+    for format in FORMATS {
+        let mat = PackedMatrix::pack(&weights, n, k, format).unwrap();
+        let alone: Vec<Vec<u32>> = (0..16)
+            .map(|i| {
+                let y = mat.matmul(&x[i * k..(i + 1) * k], 1).unwrap();
+                y.iter().map(|v| v.to_bits()).collect()
+            })
+            .collect();
+        for m in 2..=16 {
+            let y = mat.matmul(&x[..m * k], m).unwrap();
+            for (i, row) in y.chunks_exact(n).enumerate() {
+                let bits: Vec<u32> = row.iter().map(|v| v.to_bits()).collect();
+                assert!(
+                    bits == alone[i],
+                    "{format} m={m}: row {i} differs from its one-row product"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn matches_reference_on_threaded_shapes() {
     // Large enough to be split over threads, with odd sizes to exercise every tail.
