@@ -120,7 +120,7 @@ fn default_bigram(args: &[String]) -> Result<Option<PathBuf>> {
 #[derive(clap::Args)]
 #[command(disable_help_flag = true)]
 pub(crate) struct BenchForwardArgs {
-    /// Options of `spec bench-forward` (`--model NAME`, `--weights`, `--reps`, `--json`;
+    /// Options of `spec bench-forward` (`--model NAME`, `--weights`, `--rows`, `--reps`, `--json`;
     /// `--help` lists them).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     args: Vec<String>,
