@@ -152,7 +152,8 @@ mod imp {
     /// Per vector of a block, the `M` vectors of `x` are loaded once and each widened weight
     /// vector is used `M` times: `RR + M` loads for `RR × M` FMAs, and the `RR × M` accumulators,
     /// `M` vectors of `x` and one of weights fit in the 16 AVX registers for the shapes used
-    /// (4 × 1, 4 × 2, 2 × 3, 2 × 4, 2 × 5). Sums are reduced horizontally once, at the end of the rows.
+    /// (4 × 1, 4 × 2, 2 × 3, 2 × 4, 2 × 5). Sums are reduced horizontally once, at the end of
+    /// the rows.
     // Index loops over the register tile: fixed trip counts the compiler unrolls.
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
