@@ -34,6 +34,7 @@ use anyhow::{Context, Result, bail};
 use burn::tensor::backend::Backend;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
+use spec_core::metrics::Metrics;
 use spec_core::sampling::SamplingConfig;
 use spec_engine::{Drafter, generate_speculative};
 use spec_runtime::{GenerateOptions, StopReason, load::load_model};
@@ -986,19 +987,23 @@ fn summarize(runs: &[RunRecord], categories: &[String]) -> Vec<Summary> {
                     .filter(in_cat)
                     .collect()
             });
-            let plain_tps = plain
-                .as_ref()
-                .map(|p| mean(p.iter().map(|r| r.tokens_per_second)));
-            let speedup = plain_tps.filter(|p| *p > 0.0).map(|p| tps / p);
-            let decode_tps = mean(mine.iter().map(|r| r.decode_tokens_per_second));
-            let decode_speedup = plain
-                .as_ref()
-                .map(|p| mean(p.iter().map(|r| r.decode_tokens_per_second)))
-                .filter(|p| *p > 0.0)
-                .map(|p| decode_tps / p);
+            // A per-prompt speed's mean ÷ plain decoding's (None without a plain baseline).
+            let ratio_to_plain = |speed: fn(&RunRecord) -> f64| {
+                let plain_mean = mean(plain.as_ref()?.iter().map(|r| speed(r)));
+                (plain_mean > 0.0).then(|| mean(mine.iter().map(|r| speed(r))) / plain_mean)
+            };
+            let speedup = ratio_to_plain(|r| r.tokens_per_second);
+            let decode_speedup = ratio_to_plain(|r| r.decode_tokens_per_second);
             let sum = |f: fn(&RunRecord) -> u64| mine.iter().map(|r| f(r)).sum::<u64>();
-            let (produced, forwards) = (sum(|r| r.produced), sum(|r| r.target_forwards));
-            let (drafted, accepted) = (sum(|r| r.drafted), sum(|r| r.accepted));
+            // The runs' summed counters; α, α per tested draft and τ come from `spec_core`.
+            let counts = Metrics {
+                target_forwards: sum(|r| r.target_forwards),
+                drafted: sum(|r| r.drafted),
+                accepted: sum(|r| r.accepted),
+                rejections: sum(|r| r.rejections),
+                produced: sum(|r| r.produced),
+                ..Metrics::default()
+            };
             let depth = mine
                 .iter()
                 .map(|r| r.drafted_by_position.len())
@@ -1017,9 +1022,7 @@ fn summarize(runs: &[RunRecord], categories: &[String]) -> Vec<Summary> {
                     if d == 0 { 0.0 } else { a as f64 / d as f64 }
                 })
                 .collect();
-            let alpha = (drafted > 0).then(|| accepted as f64 / drafted as f64);
-            let tested = accepted + sum(|r| r.rejections);
-            let alpha_per_tested_draft = (tested > 0).then(|| accepted as f64 / tested as f64);
+            let alpha_per_tested_draft = counts.alpha_per_tested_draft();
             let draft_bound = plain.as_deref().and_then(|plain| {
                 draft_bound(
                     &mine,
@@ -1037,8 +1040,8 @@ fn summarize(runs: &[RunRecord], categories: &[String]) -> Vec<Summary> {
                 tokens_per_second: tps,
                 speedup,
                 decode_speedup,
-                tau: (forwards > 0).then(|| produced as f64 / forwards as f64),
-                alpha,
+                tau: counts.tau(),
+                alpha: counts.alpha(),
                 alpha_per_tested_draft,
                 acceptance_by_position,
                 mismatches: mine
