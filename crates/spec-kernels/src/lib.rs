@@ -15,7 +15,10 @@
 //!   weight loaded from memory is used `M` times;
 //! - tiles ask for their weights 4 KB of a panel ahead (`prefetcht0`; for f32 only from two
 //!   rows of `x` on), which measured faster for Q8_0 and bf16 at every row count;
-//! - the output rows are split into blocks run on rayon's pool (both cores of a small machine);
+//! - the output rows are split into blocks run by the calling thread and helper threads that spin
+//!   between jobs (`team`; as many threads as rayon's global pool), since a decode step is
+//!   hundreds of products of tens of microseconds each and waking a sleeping worker costs about
+//!   as much as one;
 //! - weights may be kept as f32, bf16 (half the bytes) or Q8_0 blocks (32 int8 and one f32 scale,
 //!   1.125 bytes a weight). Narrow formats are widened to f32 inside the kernel and every sum is
 //!   accumulated in f32, so the result equals the f32 product with the *stored* (rounded) weights,
@@ -37,6 +40,7 @@ mod avx2;
 mod error;
 mod pack;
 mod scalar;
+mod team;
 
 pub use error::KernelError;
 pub use pack::{BLOCK, PackedMatrix, WeightFormat};
@@ -54,7 +58,7 @@ pub enum Isa {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Exec {
     pub isa: Isa,
-    /// Split the output rows over rayon's thread pool (for products large enough to pay).
+    /// Split the output rows over the kernels' threads (for products large enough to pay).
     pub parallel: bool,
 }
 
@@ -65,6 +69,13 @@ impl Default for Exec {
             parallel: true,
         }
     }
+}
+
+/// Runs `job(0)`, …, `job(parts - 1)` on the kernels' threads (the caller and helpers that spin
+/// between jobs; sized like rayon's global pool) and returns when all are done. Meant for the
+/// short parallel loops of a decode step besides the products, such as attention over heads.
+pub fn run_parts(parts: usize, job: &(dyn Fn(usize) + Sync)) {
+    team::Team::get().run(parts, job);
 }
 
 /// Whether [`Isa::Auto`] runs the AVX2 + FMA kernel on this CPU.

@@ -4,7 +4,9 @@ use std::ops::Range;
 use std::str::FromStr;
 
 use half::bf16;
-use rayon::prelude::*;
+use std::sync::Mutex;
+
+use crate::team::Team;
 
 use crate::error::KernelError;
 use crate::{Exec, Isa, avx2, scalar};
@@ -302,11 +304,8 @@ impl PackedMatrix {
             }
         };
 
-        let threads = if exec.parallel {
-            rayon::current_num_threads()
-        } else {
-            1
-        };
+        let team = Team::get();
+        let threads = if exec.parallel { team.threads() } else { 1 };
         let blocks = if threads <= 1 || n * kp < PARALLEL_MIN_WEIGHTS {
             1
         } else {
@@ -329,9 +328,12 @@ impl PackedMatrix {
                 outs[b].push(part);
             }
         }
-        outs.into_par_iter().enumerate().for_each(|(b, mut parts)| {
+        let outs: Vec<Mutex<Vec<&mut [f32]>>> = outs.into_iter().map(Mutex::new).collect();
+        team.run(blocks, &|b| {
             let start = b * block_rows;
-            run(start..(start + block_rows).min(n), &mut parts);
+            if let Ok(mut parts) = outs[b].lock() {
+                run(start..(start + block_rows).min(n), &mut parts);
+            }
         });
         Ok(())
     }

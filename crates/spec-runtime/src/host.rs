@@ -11,7 +11,7 @@
 //!
 //! [`SKINNY_MAX_ROWS`]: crate::model::SKINNY_MAX_ROWS
 
-use rayon::prelude::*;
+use std::sync::Mutex;
 
 use crate::cache::{HostLayer, KvCache};
 use crate::error::{Result, RuntimeError};
@@ -232,7 +232,17 @@ fn attend(
         out
     };
     let per_head: Vec<Vec<f32>> = if s.n * s.total * s.heads * d >= PARALLEL_ATTENTION_WORK {
-        (0..s.heads).into_par_iter().map(head).collect()
+        let slots: Vec<Mutex<Vec<f32>>> = (0..s.heads).map(|_| Mutex::default()).collect();
+        spec_kernels::run_parts(s.heads, &|h| {
+            let out = head(h);
+            if let Ok(mut slot) = slots[h].lock() {
+                *slot = out;
+            }
+        });
+        slots
+            .into_iter()
+            .map(|slot| slot.into_inner().unwrap_or_default())
+            .collect()
     } else {
         (0..s.heads).map(head).collect()
     };
