@@ -2,13 +2,12 @@
 
 use std::ops::Range;
 use std::str::FromStr;
-
-use half::bf16;
 use std::sync::Mutex;
 
-use crate::team::Team;
+use half::bf16;
 
 use crate::error::KernelError;
+use crate::team::Team;
 use crate::{Exec, Isa, avx2, scalar};
 
 /// Every packed row is padded with zeros to a multiple of this many columns (the Q8_0 block).
@@ -304,21 +303,21 @@ impl PackedMatrix {
             }
         };
 
-        let team = Team::get();
-        let threads = if exec.parallel { team.threads() } else { 1 };
-        let blocks = if threads <= 1 || n * kp < PARALLEL_MIN_WEIGHTS {
+        let team = (exec.parallel && n * kp >= PARALLEL_MIN_WEIGHTS).then(Team::get);
+        let threads = team.map_or(1, Team::threads);
+        let blocks = if threads <= 1 {
             1
         } else {
             // Large products: a few blocks per thread balance a machine shared with other work.
-            // Small ones: one block per thread, as each split costs a wake-up and a sum.
+            // Small ones: one block per thread, as each block costs a hand-off.
             let per_thread = if n * kp < LARGE_PRODUCT_WEIGHTS { 1 } else { 4 };
             (threads * per_thread).min(n.div_ceil(16)).max(1)
         };
-        if blocks == 1 {
+        let Some(team) = team.filter(|_| blocks > 1) else {
             let mut outs: Vec<&mut [f32]> = y.chunks_exact_mut(n).collect();
             run(0..n, &mut outs);
             return Ok(());
-        }
+        };
         let block_rows = n.div_ceil(blocks).div_ceil(4) * 4;
         let blocks = n.div_ceil(block_rows);
         // outs[b][i] is row i of y restricted to the output columns of block b.
