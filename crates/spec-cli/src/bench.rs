@@ -37,7 +37,8 @@ use serde::{Deserialize, Serialize};
 use spec_core::metrics::Metrics;
 use spec_core::sampling::SamplingConfig;
 use spec_engine::{Drafter, generate_speculative};
-use spec_runtime::{GenerateOptions, StopReason, load::load_model};
+use spec_runtime::model::{LoadOptions, WeightFormat};
+use spec_runtime::{GenerateOptions, StopReason, load::load_model_with};
 use spec_sampling::{DraftLength, expected_tokens_at, speedup_bound};
 use spec_tokenizer::{Message, TextTokenizer};
 
@@ -120,6 +121,12 @@ pub(crate) struct BenchArgs {
     /// Print the reference models this run needs, one per line, and exit.
     #[arg(long)]
     list_models: bool,
+    /// How every target's projections are kept for decode and verification steps: f32 (the
+    /// checkpoint's weights exactly), bf16 or q8_0 (rounded once at load: a faster model that
+    /// differs from the checkpoint; plain decoding in the run uses it too, so the comparison
+    /// and the lossless check stay on one model). Draft models: `draft-weights=` per method.
+    #[arg(long, default_value = "f32")]
+    weights: WeightFormat,
 }
 
 /// One method on one target, as the run uses it.
@@ -515,6 +522,8 @@ struct Machine {
 struct ModelInfo {
     target: String,
     path: String,
+    /// How the target's projections were kept (`--weights`).
+    weights: String,
     load_seconds: f64,
     max_new_tokens: usize,
     /// Indices into the report's `prompts` this target ran.
@@ -605,7 +614,10 @@ pub(crate) fn run<B: Backend>(args: &BenchArgs, device: &B::Device) -> Result<()
         let path = spec_models::resolve(&target)?;
         let tokenizer = load_tokenizer(&path)?;
         let t = Instant::now();
-        let model = load_model::<B>(&path, device)
+        let options = LoadOptions {
+            skinny_format: Some(args.weights),
+        };
+        let model = load_model_with::<B>(&path, device, options)
             .with_context(|| format!("loading {}", path.display()))?;
         let load_seconds = t.elapsed().as_secs_f64();
         if model.config.vocab_size < tokenizer.vocab_size() {
@@ -666,6 +678,7 @@ pub(crate) fn run<B: Backend>(args: &BenchArgs, device: &B::Device) -> Result<()
         let info = ModelInfo {
             target: target.clone(),
             path: path.display().to_string(),
+            weights: args.weights.name().to_owned(),
             load_seconds,
             max_new_tokens,
             prompts: encoded.iter().map(|(i, _)| *i).collect(),
@@ -1147,9 +1160,10 @@ fn render_markdown(report: &Report, categories: &[String]) -> String {
     for model in &report.models {
         let _ = writeln!(
             s,
-            "- target `{}` ({}), loaded in {:.1} s: {} prompts, {} new tokens each; {}",
+            "- target `{}` ({}, weights {}), loaded in {:.1} s: {} prompts, {} new tokens each; {}",
             model.target,
             model.path,
+            model.weights,
             model.load_seconds,
             model.prompts.len(),
             model.max_new_tokens,

@@ -21,7 +21,7 @@ use serde::Serialize;
 use spec_core::sampling::SamplingConfig;
 use spec_engine::{Drafter, NoDraft, generate_speculative};
 use spec_runtime::model::{LoadOptions, WeightFormat};
-use spec_runtime::{GenerateOptions, GenerationStats, load_model, load_model_with};
+use spec_runtime::{GenerateOptions, GenerationStats, load_model_with};
 use spec_tokenizer::{Message, TextTokenizer};
 
 #[derive(Parser)]
@@ -89,6 +89,11 @@ struct GenerateArgs {
     /// The draft model of `--method sampling` (path or reference name).
     #[arg(long)]
     draft_model: Option<String>,
+    /// How the target's projections are kept: f32 (the checkpoint's weights exactly), bf16 or
+    /// q8_0 (rounded once at load: a faster model that differs from the checkpoint; every
+    /// method then follows that model).
+    #[arg(long, default_value = "f32")]
+    weights: WeightFormat,
     /// How the draft model's projections are kept for its decode steps: f32, bf16 or q8_0
     /// (default q8_0). Only the draft is rounded; the output still follows the target alone.
     #[arg(long)]
@@ -345,8 +350,11 @@ fn generate<B: Backend>(args: &GenerateArgs, device: &B::Device) -> Result<()> {
         prompt_text
     };
     let prompt = tokenizer.encode(&text, true)?;
-    let loaded =
-        load_model::<B>(&path, device).with_context(|| format!("loading {}", path.display()))?;
+    let options = LoadOptions {
+        skinny_format: Some(args.weights),
+    };
+    let loaded = load_model_with::<B>(&path, device, options)
+        .with_context(|| format!("loading {}", path.display()))?;
     if loaded.config.vocab_size < tokenizer.vocab_size() {
         bail!(
             "the tokenizer has {} tokens but the model only {}",

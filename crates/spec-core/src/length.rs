@@ -371,6 +371,15 @@ impl WidthCosts {
     pub fn relative(&self, width: usize) -> f64 {
         1.0 + self.slope() * width.saturating_sub(1) as f64
     }
+
+    /// The time of a one-token step: measured, or until then the narrowest measured width's
+    /// time divided by its `r(w)` (a drafter that always drafts sees only wide steps at first).
+    pub fn one_token_seconds(&self) -> Option<f64> {
+        self.seconds
+            .iter()
+            .enumerate()
+            .find_map(|(i, t)| t.map(|t| t / self.relative(i + 1)))
+    }
 }
 
 #[cfg(test)]

@@ -27,10 +27,13 @@ const GROWTH_MARGIN: usize = 2048;
 pub struct Estimates {
     /// Smoothed acceptance rate of tested drafts.
     pub alpha: f64,
-    /// Draft time per drafted token ÷ target step time, once both were measured.
+    /// Draft time per drafted token ÷ a one-token target step's time, once both are known.
     pub cost_ratio: Option<f64>,
     pub draft_token_seconds: Option<f64>,
+    /// A one-token target step's time (measured, or inferred from a wider step).
     pub target_step_seconds: Option<f64>,
+    /// `s` of the target's step cost `r(w) = 1 + s·(w − 1)` for `w` tokens scored.
+    pub verify_slope: f64,
     /// The draft length of the last step.
     pub last_length: usize,
 }
@@ -156,6 +159,7 @@ impl<B: Backend> DraftModelDrafter<B> {
             cost_ratio: self.auto.cost_ratio(),
             draft_token_seconds: self.auto.draft_token_seconds(),
             target_step_seconds: self.auto.target_step_seconds(),
+            verify_slope: self.auto.width_costs().slope(),
             last_length: self.last_length,
         }
     }
@@ -291,6 +295,8 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
             .min((room + 1).saturating_sub(pending_len));
         self.last_length = k;
         if k == 0 {
+            // A plain step is timed too: `auto` asks for one now and then to measure it.
+            self.draft_returned = Some(Instant::now());
             return Ok(Draft::none(root));
         }
 
@@ -335,7 +341,8 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
         verdict: &Verdict,
     ) -> Result<(), EngineError> {
         if let Some(t) = self.draft_returned.take() {
-            self.auto.record_target(t.elapsed().as_secs_f64());
+            self.auto
+                .record_target(tree.drafted() + 1, t.elapsed().as_secs_f64());
         }
         self.auto
             .record_step(tree.drafted(), verdict.accepted.len());

@@ -1,6 +1,6 @@
 //! How many tokens to draft per step.
 
-use spec_core::length::AcceptanceRate;
+use spec_core::length::{AcceptanceRate, WidthCosts, best_length_by};
 pub use spec_core::length::{best_length, expected_tokens, expected_tokens_at, speedup_bound};
 
 use crate::error::{Result, SamplingError};
@@ -72,25 +72,34 @@ impl DraftLength {
     }
 }
 
-/// Running estimates of the acceptance rate `α` and the cost ratio `c` for [`DraftLength::Auto`].
+/// Running estimates of the acceptance rate `α`, the draft's cost and the target's step cost by
+/// width, for [`DraftLength::Auto`].
 ///
 /// * `α`: `spec_core`'s [`AcceptanceRate`] (accepted ÷ tested drafts, decaying counts, a prior).
-/// * `c`: the wall time of the draft per drafted token (its forwards, the sampling and the catch-up
-///   on the previous step's tokens) divided by the wall time of a target step, measured from
+/// * the draft's time per drafted token (its forwards, the sampling and the catch-up on the
+///   previous step's tokens), an exponential moving average;
+/// * the target's step time by width `w = K + 1`, `spec_core`'s [`WidthCosts`]: measured from
 ///   [`Drafter::draft`](spec_engine::Drafter::draft) returning to
-///   [`Drafter::accepted`](spec_engine::Drafter::accepted) being called: the target's forward over
-///   the chain, the verification, the cache rollback and the loop's bookkeeping (streaming output
-///   included). Both are exponential moving averages. The target step is measured at the `K` in use,
-///   so its cost includes scoring `K + 1` tokens; the model treats it as the unit.
+///   [`Drafter::accepted`](spec_engine::Drafter::accepted) being called (the target's forward over
+///   the chain, the verification, the cache rollback and the loop's bookkeeping, streaming output
+///   included), as `r(w) = 1 + s·(w − 1)` times a one-token step.
+///
+/// `c` is the draft token's time over a one-token target step, and a step with `K` drafts costs
+/// `K·c + r(K + 1)` one-token steps. Leviathan et al. (2023, Theorem 3.8) take the verification
+/// as one step whatever its width (`r ≡ 1`); on a CPU scoring `K + 1` tokens costs more (a
+/// Q8_0 1.5B target measured 1.64× a one-token step at `K` 3, 4.2× at `K` 7), and without `r` the
+/// policy picked `K` 7 where `K` 2 or 3 was faster. A one-token step is asked for every
+/// [`WidthCosts::REFRESH`] steps (`choose` returns 0: a plain step), since a draft-model step is
+/// never that narrow otherwise and `t(1)` is the unit of every ratio.
 #[derive(Debug, Clone, Default)]
 pub struct AutoLength {
     acceptance: AcceptanceRate,
     draft_token_seconds: Option<f64>,
-    target_step_seconds: Option<f64>,
+    target: WidthCosts,
 }
 
 impl AutoLength {
-    /// The weight of a new time measurement in the moving averages.
+    /// The weight of a new time measurement in the draft's moving average.
     const TIME_WEIGHT: f64 = 0.2;
 
     /// Records a verified step: `accepted` of `drafted` drafts in a chain.
@@ -100,22 +109,18 @@ impl AutoLength {
 
     /// Records the draft's time per drafted token in one step.
     pub fn record_draft(&mut self, seconds_per_token: f64) {
-        Self::average(&mut self.draft_token_seconds, seconds_per_token);
-    }
-
-    /// Records the time of one target step.
-    pub fn record_target(&mut self, seconds: f64) {
-        Self::average(&mut self.target_step_seconds, seconds);
-    }
-
-    fn average(slot: &mut Option<f64>, x: f64) {
-        if !x.is_finite() || x < 0.0 {
+        if !seconds_per_token.is_finite() || seconds_per_token < 0.0 {
             return;
         }
-        *slot = Some(match *slot {
-            None => x,
-            Some(old) => old + Self::TIME_WEIGHT * (x - old),
+        self.draft_token_seconds = Some(match self.draft_token_seconds {
+            None => seconds_per_token,
+            Some(old) => old + Self::TIME_WEIGHT * (seconds_per_token - old),
         });
+    }
+
+    /// Records the time of one target step that scored `width` tokens (drafts + 1).
+    pub fn record_target(&mut self, width: usize, seconds: f64) {
+        self.target.record(width, seconds);
     }
 
     /// The smoothed acceptance rate.
@@ -123,9 +128,9 @@ impl AutoLength {
         self.acceptance.alpha()
     }
 
-    /// `c`, once both times have been measured.
+    /// `c`: the draft's time per token over a one-token target step, once both are known.
     pub fn cost_ratio(&self) -> Option<f64> {
-        match (self.draft_token_seconds, self.target_step_seconds) {
+        match (self.draft_token_seconds, self.target.one_token_seconds()) {
             (Some(d), Some(t)) if t > 0.0 => Some(d / t),
             _ => None,
         }
@@ -136,16 +141,27 @@ impl AutoLength {
         self.draft_token_seconds
     }
 
-    /// The smoothed target step time.
+    /// A one-token target step's time (see [`WidthCosts::one_token_seconds`]).
     pub fn target_step_seconds(&self) -> Option<f64> {
-        self.target_step_seconds
+        self.target.one_token_seconds()
     }
 
-    /// The draft length for the next step: [`best_length`] once `c` is known, before that
+    /// The target's step times by width.
+    pub fn width_costs(&self) -> &WidthCosts {
+        &self.target
+    }
+
+    /// The draft length for the next step: 0 when a one-token step is due, otherwise the `K ∈
+    /// 1..=k_max` maximizing `E[τ] / (K·c + r(K + 1))` once `c` is known, before that
     /// `min(DEFAULT_K, k_max)`.
     pub fn choose(&self, k_max: usize) -> usize {
+        if self.target.wants_one_token_step() {
+            return 0;
+        }
         match self.cost_ratio() {
-            Some(c) => best_length(self.alpha(), c, k_max),
+            Some(c) => best_length_by(self.alpha(), 1, k_max.max(1), |k| {
+                k as f64 * c + self.target.relative(k + 1)
+            }),
             None => DEFAULT_K.min(k_max).max(1),
         }
     }
@@ -164,7 +180,7 @@ mod tests {
             auto.record_step(4, 4);
         }
         auto.record_draft(0.001);
-        auto.record_target(0.1);
+        auto.record_target(1, 0.1);
         assert!((auto.cost_ratio().unwrap_or(0.0) - 0.01).abs() < 1e-12);
         assert_eq!(auto.choose(8), 8);
         // A draft as slow as the target is never worth more than one token.
@@ -173,6 +189,50 @@ mod tests {
             auto.record_step(1, 0);
         }
         assert_eq!(auto.choose(8), 1);
+    }
+
+    /// `α` 0.9 and `c` 0.37 (about the Qwen 0.5B → 1.5B pair): with a verification as cheap as a
+    /// decode step the best `K` is 4–5; where 8 tokens cost 4.2 steps (the Q8_0 1.5B target on
+    /// two cores) a longer draft costs more than it yields.
+    #[test]
+    fn a_costly_wide_verification_shortens_the_draft() {
+        let choose = |wide_seconds: f64| {
+            let mut auto = AutoLength::default();
+            for _ in 0..200 {
+                auto.record_step(10, 9);
+            }
+            auto.record_draft(0.037);
+            auto.record_target(1, 0.1);
+            auto.record_target(8, wide_seconds);
+            assert!((auto.cost_ratio().unwrap_or(0.0) - 0.37).abs() < 1e-9);
+            auto.choose(8)
+        };
+        let flat = choose(0.1);
+        let steep = choose(0.42);
+        assert!((4..=5).contains(&flat), "flat widths chose {flat}");
+        assert!(steep <= 2, "steep widths chose {steep}");
+    }
+
+    /// A draft-model step always scores two or more tokens, so the policy asks for a plain step
+    /// now and then to keep the one-token time, the unit of `c` and `r`, current.
+    #[test]
+    fn asks_for_a_one_token_step_now_and_then() {
+        let mut auto = AutoLength::default();
+        auto.record_draft(0.01);
+        // Before any one-token step, t(1) is inferred from the narrowest width through r's prior.
+        auto.record_target(4, 0.13);
+        let t1 = auto.target_step_seconds().unwrap_or(0.0);
+        assert!((t1 - 0.13 / (1.0 + 3.0 * WidthCosts::PRIOR_SLOPE)).abs() < 1e-12);
+        for _ in 1..WidthCosts::REFRESH {
+            assert!(auto.choose(8) >= 1);
+            auto.record_target(4, 0.13);
+        }
+        assert_eq!(auto.choose(8), 0);
+        auto.record_target(1, 0.1);
+        assert!(auto.choose(8) >= 1);
+        assert_eq!(auto.target_step_seconds(), Some(0.1));
+        // Measured now: r(4) = 1.3, so the slope is 0.1 per extra token.
+        assert!((auto.width_costs().slope() - 0.1).abs() < 1e-9);
     }
 
     #[test]

@@ -39,9 +39,11 @@
 //! * [`DraftLength`]: a fixed `K` (default 4); [`DraftLength::Confident`], which stops a chain
 //!   early once the draft model's own top probability (softmax of its raw logits) falls below a
 //!   threshold; [`DraftLength::Auto`], which picks `K ∈ 1..=K_max` (default `K_max` 8) each step to
-//!   maximize the expected tokens per unit of time `E[τ] / (K·c + 1)`, with
-//!   `E[τ] = (1 − α^{K+1}) / (1 − α)` (Leviathan et al., section 3.4) and `α`, `c` estimated from
-//!   the run (see [`AutoLength`]).
+//!   maximize the expected tokens per unit of time `E[τ] / (K·c + r(K + 1))`, with
+//!   `E[τ] = (1 − α^{K+1}) / (1 − α)` (Leviathan et al., section 3.4) and `α`, `c` and the
+//!   verification's cost `r(w)` relative to a one-token step estimated from the run (see
+//!   [`AutoLength`]). Leviathan's Theorem 3.8 takes `r ≡ 1`; on a CPU scoring `K + 1` tokens
+//!   costs more than one, so `auto` measures it, and asks for a plain step every 32 to do so.
 //! * The draft's cache capacity: [`INITIAL_CACHE_POSITIONS`], enlarged by `begin` to the prompt plus
 //!   2,048 positions (at most the draft's context), or fixed with
 //!   [`DraftModelDrafter::with_cache_capacity`]. When the context outgrows it, steps fall back to
