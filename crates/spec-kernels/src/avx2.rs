@@ -28,10 +28,8 @@ mod imp {
         const PANEL_BLOCK_BYTES: usize;
         /// Whether a one-row tile (a decode step) prefetches too.
         const PREFETCH_ONE_ROW: bool;
-        /// Whether five rows of `x` run as one 2 × 5 tile (10 accumulators, 5 vectors of `x`
-        /// and the weight: all 16 registers). Only f32 widens a weight without a spare
-        /// register; for the others it spilled and ran slower than 4 rows and then 1.
-        const FIVE_ROW_TILE: bool = false;
+        /// Registers [`Row::part`] needs besides the widened vector (a mask, a scale).
+        const TEMPORARIES: usize = 1;
     }
 
     /// How far ahead of a tile its panels' weights are asked for: 4 KB of each panel. Measured
@@ -62,7 +60,7 @@ mod imp {
         // f32's one-row tile streams fast enough for the hardware prefetcher alone; hints
         // measured 0-7% slower.
         const PREFETCH_ONE_ROW: bool = false;
-        const FIVE_ROW_TILE: bool = true;
+        const TEMPORARIES: usize = 0;
 
         #[inline(always)]
         fn part(self, _simd: V3, b: usize, j: usize) -> f32x8 {
@@ -152,8 +150,11 @@ mod imp {
     /// Per vector of a block, the `M` vectors of `x` are loaded once and each widened weight
     /// vector is used `M` times: `RR + M` loads for `RR × M` FMAs, and the `RR × M` accumulators,
     /// `M` vectors of `x` and one of weights fit in the 16 AVX registers for the shapes used
-    /// (4 × 1, 4 × 2, 2 × 3, 2 × 4, 2 × 5). Sums are reduced horizontally once, at the end of
-    /// the rows.
+    /// (4 × 1, 4 × 2, 2 × 3, 2 × 4, and 2 × 5 in f32). For 2 × 5 in bf16 and Q8_0 they do not
+    /// (widening needs a mask or a scale too; that tile spilled), so it holds the `RR` widened
+    /// weight vectors instead and reads each vector of `x` where an FMA uses it. Every shape
+    /// does the same operations in the same order for a given output, so a row's bits do not
+    /// depend on the tile. Sums are reduced horizontally once, at the end of the rows.
     // Index loops over the register tile: fixed trip counts the compiler unrolls.
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
@@ -163,6 +164,8 @@ mod imp {
         xs: &[&[[f32x8; 4]]; M],
         blocks: usize,
     ) -> [[f32; M]; RR] {
+        // Accumulators, `x`, a weight vector and its temporaries within the 16 registers.
+        let hold_x = RR * M + M + 1 + W::TEMPORARIES <= 16;
         let zero = simd.splat_f32x8(0.0);
         let mut acc = [[zero; M]; RR];
         for b in 0..blocks {
@@ -174,6 +177,19 @@ mod imp {
                 }
             }
             for j in 0..4 {
+                if !hold_x {
+                    let mut wv = [zero; RR];
+                    for r in 0..RR {
+                        wv[r] = rows[r].part(simd, b, j);
+                    }
+                    for i in 0..M {
+                        let xv = xs[i][b][j];
+                        for r in 0..RR {
+                            acc[r][i] = simd.mul_add_f32x8(wv[r], xv, acc[r][i]);
+                        }
+                    }
+                    continue;
+                }
                 let mut xv = [zero; M];
                 for i in 0..M {
                     xv[i] = xs[i][b][j];
@@ -240,7 +256,7 @@ mod imp {
                 if m - i == 3 {
                     run_tile::<W, RR, 3>(simd, row, r, col, i, x_row, blocks, outs);
                     i += 3;
-                } else if m - i == 5 && W::FIVE_ROW_TILE {
+                } else if m - i == 5 {
                     run_tile::<W, RR, 5>(simd, row, r, col, i, x_row, blocks, outs);
                     i += 5;
                 } else {
@@ -260,8 +276,7 @@ mod imp {
 
     /// Runs the tiles over weight rows `rows` for every row of `x`: 4 weight rows × 1 or 2 rows
     /// of `x` for one or two rows; from three rows on, 2 weight rows (one panel) × up to 4 rows
-    /// of `x` (5 for f32), so each widened weight vector serves several FMAs (8 accumulators,
-    /// 4 vectors of `x` and the weight fit in the 16 registers).
+    /// of `x` (5 when 5 are left), so each widened weight vector serves several FMAs.
     #[inline(always)]
     fn sweep<W: Row>(
         simd: V3,
