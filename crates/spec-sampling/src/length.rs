@@ -19,7 +19,8 @@ pub enum DraftLength {
     /// probability (softmax of its raw logits, whatever the sampling settings) is below
     /// `threshold`, a sign the next draft would likely be rejected.
     Confident { max: usize, threshold: f64 },
-    /// `K ∈ 1..=max` chosen each step by [`best_length`] from the run's estimates ([`AutoLength`]).
+    /// `K ∈ 1..=max` chosen each step from the run's estimates of `α`, the draft's cost and the
+    /// verification's cost by width ([`AutoLength::choose`]); now and then a plain step.
     Auto { max: usize },
 }
 
