@@ -122,9 +122,10 @@ pub(crate) struct BenchArgs {
     #[arg(long)]
     list_models: bool,
     /// How every target's projections are kept for decode and verification steps: f32 (the
-    /// checkpoint's weights exactly), bf16 or q8_0 (rounded once at load: a faster model that
-    /// differs from the checkpoint; plain decoding in the run uses it too, so the comparison
-    /// and the lossless check stay on one model). Draft models: `draft-weights=` per method.
+    /// checkpoint's weights exactly), q4 (a 4-bit checkpoint's blocks kept exactly, any other
+    /// matrix as q8_0), bf16 or q8_0 (rounded once at load: a faster model that differs from
+    /// the checkpoint; plain decoding in the run uses it too, so the comparison and the
+    /// lossless check stay on one model). Draft models: `draft-weights=` per method.
     #[arg(long, default_value = "f32")]
     weights: WeightFormat,
 }

@@ -34,7 +34,7 @@ pub(crate) struct BenchForwardArgs {
     /// qwen2.5-coder-1.5b).
     #[arg(long)]
     model: String,
-    /// Weight formats of the skinny kernel, comma-separated: f32, bf16, q8_0, or `off`
+    /// Weight formats of the skinny kernel, comma-separated: f32, bf16, q8_0, q4, or `off`
     /// (burn's matmul everywhere, f32).
     #[arg(long, default_value = "f32")]
     weights: String,
@@ -133,7 +133,11 @@ pub(crate) fn run(args: &BenchForwardArgs) -> Result<()> {
         options.cache_capacity = Some(args.capacity.unwrap_or(CONTEXT + DECODE_TOKENS + 1));
         let decode = generate_plain(&model, &prompt, &options, &mut |_| {})?;
         let prefill = time_prefill(&model, &config)?;
-        let bytes = weight_bytes(&config, format.map_or(4.0, WeightFormat::bytes_per_weight));
+        // What the packed copies hold (Q4 stores a matrix off 4-bit grids as Q8_0); without
+        // them, burn's matmul reads f32.
+        let bytes = model
+            .packed_bytes()
+            .map_or_else(|| weight_bytes(&config, 4.0), |b| b as f64);
         let report = ForwardReport {
             model: args.model.clone(),
             weights: name.to_owned(),

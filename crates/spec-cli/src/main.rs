@@ -89,12 +89,13 @@ struct GenerateArgs {
     /// The draft model of `--method sampling` (path or reference name).
     #[arg(long)]
     draft_model: Option<String>,
-    /// How the target's projections are kept: f32 (the checkpoint's weights exactly), bf16 or
-    /// q8_0 (rounded once at load: a faster model that differs from the checkpoint; every
-    /// method then follows that model).
+    /// How the target's projections are kept: f32 (the checkpoint's weights exactly), q4 (a
+    /// 4-bit checkpoint's blocks kept exactly in 0.75 bytes a weight, any other matrix as
+    /// q8_0), bf16 or q8_0 (rounded once at load: a faster model that differs from the
+    /// checkpoint; every method then follows that model).
     #[arg(long, default_value = "f32")]
     weights: WeightFormat,
-    /// How the draft model's projections are kept for its decode steps: f32, bf16 or q8_0
+    /// How the draft model's projections are kept for its decode steps: f32, q4, bf16 or q8_0
     /// (default q8_0). Only the draft is rounded; the output still follows the target alone.
     #[arg(long)]
     draft_weights: Option<WeightFormat>,

@@ -1,6 +1,7 @@
 //! `y[M, n] = x[M, k] · Wᵀ` for every projection shape of the reference models at M = 1…16: this
 //! crate's kernel in each weight format, burn's flex matmul (the runtime's `Linear`), and the
-//! `gemm` crate. Throughput is the bytes of weights each one reads (its own format's size).
+//! `gemm` crate. Throughput is the bytes of weights each one reads (its own format's size). The
+//! weights are random on 16 levels a block, as a 4-bit checkpoint's, so Q4 can hold them.
 //!
 //! `SKINNY_MODELS` (comma-separated; default `smollm2-135m`; also `qwen2.5-coder-0.5b`,
 //! `qwen2.5-coder-1.5b`) and `SKINNY_ROWS` (default `1,2,4,8,16`) pick the cases; criterion's
@@ -97,6 +98,21 @@ fn gemm_product(x: &[f32], w: &[f32], y: &mut [f32], m: usize, n: usize, k: usiz
     }
 }
 
+/// Random weights `[n, k]` on 16 levels per block of 32 columns (`d · q − m`, as a 4-bit
+/// checkpoint's), so that every format, Q4 included, can store them.
+fn four_bit_weights(n: usize, k: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
+    let mut w = Vec::with_capacity(n * k);
+    for _ in 0..n {
+        for block in (0..k).step_by(32) {
+            let d = rng.random_range(1e-3f32..1e-2);
+            for _ in block..(block + 32).min(k) {
+                w.push(d * (f32::from(rng.random_range(0u8..16)) - 8.0));
+            }
+        }
+    }
+    w
+}
+
 fn skinny(c: &mut Criterion) {
     let models = env_list("SKINNY_MODELS", "smollm2-135m");
     let rows: Vec<usize> = env_list("SKINNY_ROWS", "1,2,4,8,16")
@@ -110,12 +126,16 @@ fn skinny(c: &mut Criterion) {
             continue;
         }
         for (proj, n, k) in shapes {
-            let weights: Vec<f32> = (0..n * k).map(|_| rng.random_range(-0.1f32..0.1)).collect();
-            let packed: Vec<PackedMatrix> =
-                [WeightFormat::F32, WeightFormat::Bf16, WeightFormat::Q8_0]
-                    .into_iter()
-                    .map(|f| PackedMatrix::pack(&weights, n, k, f).expect("finite weights"))
-                    .collect();
+            let weights = four_bit_weights(n, k, &mut rng);
+            let packed: Vec<PackedMatrix> = [
+                WeightFormat::F32,
+                WeightFormat::Bf16,
+                WeightFormat::Q8_0,
+                WeightFormat::Q4,
+            ]
+            .into_iter()
+            .map(|f| PackedMatrix::pack(&weights, n, k, f).expect("finite weights"))
+            .collect();
             let w_burn =
                 Tensor::<Flex, 2>::from_data(TensorData::new(weights.clone(), [n, k]), &device);
             let mut group = c.benchmark_group(format!("{model}/{proj}_{n}x{k}"));

@@ -10,7 +10,7 @@ mod imp {
 
     use pulp::bytemuck::cast_slice;
     use pulp::x86::V3;
-    use pulp::{NullaryFnOnce, Simd, cast, f32x8, i8x16, u32x8};
+    use pulp::{NullaryFnOnce, Simd, cast, f32x8, i8x16, u8x16, u32x8};
 
     use crate::pack::{BLOCK, PANEL, PackedMatrix, Storage};
 
@@ -139,6 +139,58 @@ mod imp {
                 prefetch_lines(
                     simd,
                     self.scales.as_ptr().wrapping_add(b * PANEL).cast(),
+                    64,
+                );
+            }
+        }
+    }
+
+    #[derive(Clone, Copy)]
+    struct Q4Row<'a> {
+        /// A block's quants as two words of 16 nibbles (see `Storage::Q4`).
+        quants: &'a [[u64; 2]],
+        /// A block's `[scale, min]`.
+        params: &'a [[f32; 2]],
+        lane: usize,
+    }
+
+    impl Row for Q4Row<'_> {
+        const PANEL_BLOCK_BYTES: usize = PANEL * 16;
+        const PREFETCH_ONE_ROW: bool = true;
+        // Scale, minimum and the nibble mask.
+        const TEMPORARIES: usize = 3;
+
+        #[inline(always)]
+        fn part(self, simd: V3, b: usize, j: usize) -> f32x8 {
+            let at = b * PANEL + self.lane;
+            // Vectors j and j + 2 come from the same word (the compiler loads it once).
+            let word: u8x16 = cast([self.quants[at][j % 2], 0u64]);
+            let bytes = simd.convert_u8x16_to_u32x8(word);
+            let q = if j < 2 {
+                simd.and_u32x8(bytes, simd.splat_u32x8(0xF))
+            } else {
+                simd.shr_const_u32x8::<4>(bytes)
+            };
+            let [scale, min] = self.params[at];
+            simd.mul_add_f32x8(
+                simd.convert_i32x8_to_f32x8(cast(q)),
+                simd.splat_f32x8(scale),
+                simd.splat_f32x8(min),
+            )
+        }
+
+        #[inline(always)]
+        fn prefetch(self, simd: V3, b: usize) {
+            prefetch_lines(
+                simd,
+                self.quants.as_ptr().wrapping_add(b * PANEL).cast(),
+                Self::PANEL_BLOCK_BYTES,
+            );
+            // A panel's parameters: 16 bytes a block, a cache line every 4 blocks.
+            if b.is_multiple_of(4) {
+                prefetch_lines(
+                    simd,
+                    self.params.as_ptr().wrapping_add(b * PANEL).cast(),
                     64,
                 );
             }
@@ -355,6 +407,15 @@ mod imp {
                     let row = |r: usize| Q8Row {
                         quants: panel(quants, r, blocks),
                         scales: panel(scales, r, blocks),
+                        lane: r % PANEL,
+                    };
+                    sweep(simd, row, rows, x, blocks, m, outs);
+                }
+                Storage::Q4 { quants, params } => {
+                    let quants: &[[u64; 2]] = cast_slice(quants);
+                    let row = |r: usize| Q4Row {
+                        quants: panel(quants, r, blocks),
+                        params: panel(params, r, blocks),
                         lane: r % PANEL,
                     };
                     sweep(simd, row, rows, x, blocks, m, outs);

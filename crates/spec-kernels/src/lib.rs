@@ -19,10 +19,12 @@
 //!   between jobs (`team`; as many threads as rayon's global pool), since a decode step is
 //!   hundreds of products of tens of microseconds each and waking a sleeping worker costs about
 //!   as much as one;
-//! - weights may be kept as f32, bf16 (half the bytes) or Q8_0 blocks (32 int8 and one f32 scale,
-//!   1.125 bytes a weight). Narrow formats are widened to f32 inside the kernel and every sum is
-//!   accumulated in f32, so the result equals the f32 product with the *stored* (rounded) weights,
-//!   which [`PackedMatrix::dequantize`] returns.
+//! - weights may be kept as f32, bf16 (half the bytes), Q8_0 blocks (32 int8 and one f32 scale,
+//!   1.125 bytes a weight) or, for weights that are 4-bit already (a GGUF's Q4_0, Q4_1 or Q4_K
+//!   blocks: at most 16 evenly spaced values a block), Q4 blocks (32 nibbles with an f32 scale
+//!   and minimum, 0.75 bytes a weight) that keep them exactly. Narrow formats are widened to f32
+//!   inside the kernel and every sum is accumulated in f32, so the result equals the f32 product
+//!   with the *stored* (rounded) weights, which [`PackedMatrix::dequantize`] returns.
 //!
 //! Layouts: each row is padded with zeros to a multiple of 32 columns (one block), and rows are
 //! stored in panels of 2, block by block (block `b` of rows `2p` and `2p + 1`, then block
@@ -34,7 +36,10 @@
 //!   a mask;
 //! - Q8_0: per block of 32 weights the 32 int8 quants in order (four `u64` words of 8), so one
 //!   sign-extending load (`vpmovsxbd`) gives a vector of 8 consecutive weights; one f32 scale a
-//!   block.
+//!   block;
+//! - Q4: per block two `u64` words of 16 nibbles, byte `l` of word `h` holding weight `8 h + l`
+//!   (low nibble) and `16 + 8 h + l` (high nibble), so one zero-extending load (`vpmovzxbd`)
+//!   gives two vectors of 8 consecutive weights with a mask and a shift; `[scale, min]` a block.
 
 mod avx2;
 mod error;

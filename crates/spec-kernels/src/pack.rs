@@ -49,6 +49,13 @@ pub enum WeightFormat {
     Bf16,
     /// 1.125 bytes a weight: blocks of 32 int8 quants with one f32 scale (`max |w| / 127`).
     Q8_0,
+    /// 0.75 bytes a weight: blocks of 32 unsigned 4-bit quants with an f32 scale and minimum,
+    /// `w = scale · q + min`, for weights that are 4-bit already (a GGUF's Q4_0, Q4_1 or Q4_K
+    /// blocks): each block's values must lie on 16 or fewer evenly spaced levels, which are
+    /// kept exactly (to f32 rounding). Nothing is rounded to 4 bits: a matrix with any block
+    /// off such a grid is stored as [`WeightFormat::Q8_0`] instead ([`PackedMatrix::format`]
+    /// says which).
+    Q4,
 }
 
 impl WeightFormat {
@@ -58,6 +65,7 @@ impl WeightFormat {
             Self::F32 => 4.0,
             Self::Bf16 => 2.0,
             Self::Q8_0 => 1.0 + 4.0 / BLOCK as f64,
+            Self::Q4 => 0.5 + 8.0 / BLOCK as f64,
         }
     }
 
@@ -66,6 +74,7 @@ impl WeightFormat {
             Self::F32 => "f32",
             Self::Bf16 => "bf16",
             Self::Q8_0 => "q8_0",
+            Self::Q4 => "q4",
         }
     }
 }
@@ -84,6 +93,7 @@ impl FromStr for WeightFormat {
             "f32" => Ok(Self::F32),
             "bf16" => Ok(Self::Bf16),
             "q8_0" | "q8" => Ok(Self::Q8_0),
+            "q4" => Ok(Self::Q4),
             _ => Err(KernelError::UnknownFormat(s.to_owned())),
         }
     }
@@ -99,6 +109,14 @@ pub(crate) enum Storage {
     Q8_0 {
         quants: Vec<u64>,
         scales: Vec<f32>,
+    },
+    /// `padded_cols / 16` words and `padded_cols / 32` `[scale, min]` pairs a row; byte `l` of
+    /// word `h` of a block holds weight `8 h + l` in its low nibble and `16 + 8 h + l` in its
+    /// high one, so a zero-extending load of a word gives two vectors of 8 consecutive weights
+    /// with a mask and a shift.
+    Q4 {
+        quants: Vec<u64>,
+        params: Vec<[f32; 2]>,
     },
 }
 
@@ -148,6 +166,12 @@ impl PackedMatrix {
             row.clone()
         };
         let storage = match format {
+            WeightFormat::Q4 => match pack_q4(&mut padded_row, rows, cols, blocks, panel_rows) {
+                Some(storage) => storage,
+                None => {
+                    return Self::pack(weights, rows, cols, WeightFormat::Q8_0);
+                }
+            },
             WeightFormat::F32 => {
                 let mut out = vec![0.0f32; panel_rows * padded_cols];
                 for r in 0..rows {
@@ -226,6 +250,7 @@ impl PackedMatrix {
             Storage::F32(w) => w.len() * 4,
             Storage::Bf16(w) => w.len() * 4,
             Storage::Q8_0 { quants, scales } => quants.len() * 8 + scales.len() * 4,
+            Storage::Q4 { quants, params } => quants.len() * 8 + params.len() * 8,
         }
     }
 
@@ -336,6 +361,66 @@ impl PackedMatrix {
         });
         Ok(())
     }
+}
+
+/// The Q4 storage of `rows` padded rows, or `None` when a block's weights are not on a grid of
+/// at most 16 evenly spaced levels.
+fn pack_q4(
+    padded_row: &mut impl FnMut(usize) -> Vec<f32>,
+    rows: usize,
+    cols: usize,
+    blocks: usize,
+    panel_rows: usize,
+) -> Option<Storage> {
+    let mut quants = vec![0u64; panel_rows * blocks * BLOCK / 16];
+    let mut params = vec![[0.0f32; 2]; panel_rows * blocks];
+    let mut row_quants = Vec::with_capacity(blocks * BLOCK / 16);
+    let mut row_params = Vec::with_capacity(blocks);
+    for r in 0..rows {
+        row_quants.clear();
+        row_params.clear();
+        for (b, block) in padded_row(r).chunks_exact(BLOCK).enumerate() {
+            // Padding columns multiply zeros of x: they take quant 0, whatever their value.
+            let valid = cols.saturating_sub(b * BLOCK).min(BLOCK);
+            let (scale, min, q) = grid_block(&block[..valid])?;
+            row_params.push([scale, min]);
+            for h in 0..2 {
+                let bytes: [u8; 8] =
+                    std::array::from_fn(|l| q[8 * h + l] | (q[16 + 8 * h + l] << 4));
+                row_quants.push(u64::from_le_bytes(bytes));
+            }
+        }
+        place_row(&mut quants, r, &row_quants, blocks, BLOCK / 16);
+        place_row(&mut params, r, &row_params, blocks, 1);
+    }
+    Some(Storage::Q4 { quants, params })
+}
+
+/// `(scale, min, quants)` with `w = scale · q + min` for values on at most 16 evenly spaced
+/// levels, the smallest being `min`; `None` for values that are not. The coarsest grid of 1 to
+/// 15 steps between the smallest and the largest value that holds every value (to a thousandth
+/// of a step) is taken (a 4-bit checkpoint's block spans at most 15 of its steps; fewer steps,
+/// less rounding in `scale`).
+fn grid_block(values: &[f32]) -> Option<(f32, f32, [u8; BLOCK])> {
+    let mut q = [0u8; BLOCK];
+    let lo = values.iter().copied().fold(f32::INFINITY, f32::min);
+    let hi = values.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    if values.is_empty() || hi == lo {
+        return Some((0.0, if values.is_empty() { 0.0 } else { lo }, q));
+    }
+    'steps: for steps in 1..=15u8 {
+        let scale = (hi - lo) / f32::from(steps);
+        for (q, &w) in q.iter_mut().zip(values) {
+            let t = (w - lo) / scale;
+            let level = t.round();
+            if (t - level).abs() > 1e-3 || level > f32::from(steps) {
+                continue 'steps;
+            }
+            *q = level as u8;
+        }
+        return Some((scale, lo, q));
+    }
+    None
 }
 
 /// Q8_0 quantization of one block: `scale = max |w| / 127`, `q = round(w / scale)`.

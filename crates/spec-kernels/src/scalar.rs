@@ -31,6 +31,16 @@ pub(crate) fn dequantize_row(mat: &PackedMatrix, r: usize, out: &mut [f32]) {
                     }
                 }
             }
+            Storage::Q4 { quants, params } => {
+                let [scale, min] = params[at];
+                for (h, &word) in quants[at * 2..(at + 1) * 2].iter().enumerate() {
+                    for (l, byte) in word.to_le_bytes().into_iter().enumerate() {
+                        // One rounding, as the kernel's fused multiply-add.
+                        out[8 * h + l] = f32::from(byte & 0xF).mul_add(scale, min);
+                        out[16 + 8 * h + l] = f32::from(byte >> 4).mul_add(scale, min);
+                    }
+                }
+            }
         }
     }
 }

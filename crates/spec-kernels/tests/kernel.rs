@@ -11,10 +11,40 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use spec_kernels::{Exec, Isa, KernelError, PackedMatrix, WeightFormat};
 
-const FORMATS: [WeightFormat; 3] = [WeightFormat::F32, WeightFormat::Bf16, WeightFormat::Q8_0];
+const FORMATS: [WeightFormat; 4] = [
+    WeightFormat::F32,
+    WeightFormat::Bf16,
+    WeightFormat::Q8_0,
+    WeightFormat::Q4,
+];
 
 fn random(len: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
     (0..len).map(|_| rng.random_range(-1.0f32..1.0)).collect()
+}
+
+/// Weights `[n, k]` as a 4-bit checkpoint holds them: each row's blocks of 32 columns are
+/// `d · q − m` with `q` in `0..16` and their own `d`, `m` (as GGUF's Q4_K and Q4_1 dequantize).
+fn four_bit(n: usize, k: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
+    let mut w = Vec::with_capacity(n * k);
+    for _ in 0..n {
+        for block in (0..k).step_by(32) {
+            let d = rng.random_range(1e-3f32..0.1);
+            let m = rng.random_range(0.0f32..1.0);
+            for _ in block..(block + 32).min(k) {
+                w.push(d * f32::from(rng.random_range(0u8..16)) - m);
+            }
+        }
+    }
+    w
+}
+
+/// Weights for `format`: [`four_bit`] for Q4 (other weights are not stored as Q4), random
+/// otherwise.
+fn weights_for(format: WeightFormat, n: usize, k: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
+    match format {
+        WeightFormat::Q4 => four_bit(n, k, rng),
+        _ => random(n * k, rng),
+    }
 }
 
 /// Checks `y` against the f64 product of `x` with the stored weights: the error of each entry is
@@ -44,11 +74,12 @@ fn check(mat: &PackedMatrix, x: &[f32], m: usize, y: &[f32]) -> Result<(), TestC
 
 fn run_case(m: usize, n: usize, k: usize, seed: u64) -> Result<(), TestCaseError> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let weights = random(n * k, &mut rng);
     let x = random(m * k, &mut rng);
     for format in FORMATS {
+        let weights = weights_for(format, n, k, &mut rng);
         let mat = PackedMatrix::pack(&weights, n, k, format)
             .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(mat.format(), format);
         for isa in [Isa::Auto, Isa::Scalar] {
             for parallel in [false, true] {
                 let mut y = vec![f32::NAN; m * n];
@@ -83,10 +114,11 @@ proptest! {
 fn a_row_does_not_depend_on_the_others() {
     let (n, k) = (203, 1000);
     let mut rng = ChaCha8Rng::seed_from_u64(7);
-    let weights = random(n * k, &mut rng);
     let x = random(16 * k, &mut rng);
     for format in FORMATS {
+        let weights = weights_for(format, n, k, &mut rng);
         let mat = PackedMatrix::pack(&weights, n, k, format).unwrap();
+        assert_eq!(mat.format(), format);
         let alone: Vec<Vec<u32>> = (0..16)
             .map(|i| {
                 let y = mat.matmul(&x[i * k..(i + 1) * k], 1).unwrap();
@@ -184,6 +216,56 @@ fn stored_weights_are_close_to_the_input() {
 }
 
 #[test]
+fn q4_keeps_four_bit_weights_exactly() {
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    // 101 columns: the last block of each row is padding past column 96.
+    let (n, k) = (37, 101);
+    let mut weights = four_bit(n, k, &mut rng);
+    // Blocks that use fewer levels: only 2..=13 (a span of 11 steps), only even quants (a
+    // coarser grid), one value, and all zeros.
+    for (i, w) in weights[..32].iter_mut().enumerate() {
+        *w = 0.03 * (2 + i % 12) as f32 - 0.5;
+    }
+    for (i, w) in weights[32..64].iter_mut().enumerate() {
+        *w = 0.02 * (2 * (i % 8)) as f32 - 0.1;
+    }
+    weights[k..k + 32].fill(0.25);
+    weights[2 * k..2 * k + 32].fill(0.0);
+    let mat = PackedMatrix::pack(&weights, n, k, WeightFormat::Q4).unwrap();
+    assert_eq!(mat.format(), WeightFormat::Q4);
+    let q8 = PackedMatrix::pack(&weights, n, k, WeightFormat::Q8_0).unwrap();
+    // 0.75 bytes a weight against 1.125 (the same padding for both).
+    assert_eq!(mat.stored_bytes() * 3, q8.stored_bytes() * 2);
+    for (i, (a, b)) in mat.dequantize().iter().zip(&weights).enumerate() {
+        assert!(
+            (a - b).abs() <= 1e-6 * b.abs().max(1.0),
+            "weight {i}: stored {a}, given {b}"
+        );
+    }
+}
+
+#[test]
+fn q4_rounds_nothing_and_stores_other_weights_as_q8_0() {
+    let mut rng = ChaCha8Rng::seed_from_u64(9);
+    let (n, k) = (8, 96);
+    let random_weights = random(n * k, &mut rng);
+    let mat = PackedMatrix::pack(&random_weights, n, k, WeightFormat::Q4).unwrap();
+    assert_eq!(mat.format(), WeightFormat::Q8_0);
+    // One block of 4-bit weights with one value between two levels is enough.
+    let mut weights = four_bit(n, k, &mut rng);
+    weights[5 * k + 40] = (weights[5 * k + 41] + weights[5 * k + 42]) / 2.0 + 1e-3;
+    let mat = PackedMatrix::pack(&weights, n, k, WeightFormat::Q4).unwrap();
+    assert_eq!(mat.format(), WeightFormat::Q8_0);
+    // 32 levels (a 5-bit block) are not 16.
+    let mut weights = four_bit(n, k, &mut rng);
+    for (i, w) in weights[..32].iter_mut().enumerate() {
+        *w = 0.01 * i as f32;
+    }
+    let mat = PackedMatrix::pack(&weights, n, k, WeightFormat::Q4).unwrap();
+    assert_eq!(mat.format(), WeightFormat::Q8_0);
+}
+
+#[test]
 fn zero_rows_and_zero_blocks() {
     let (n, k) = (9, 70);
     let mut weights = vec![0.0f32; n * k];
@@ -226,6 +308,7 @@ fn bad_input_is_an_error() {
         Err(KernelError::OutputLength { .. })
     ));
     assert_eq!("Q8".parse::<WeightFormat>().unwrap(), WeightFormat::Q8_0);
+    assert_eq!("q4".parse::<WeightFormat>().unwrap(), WeightFormat::Q4);
     assert!("int4".parse::<WeightFormat>().is_err());
 }
 

@@ -266,7 +266,9 @@ pub struct LoadOptions {
     /// On the flex backend, keep a host copy of every projection and of the output head packed
     /// in this format for inputs of at most [`SKINNY_MAX_ROWS`] rows (f32 by default: exact, at
     /// the cost of holding the projection weights twice; `Bf16` and `Q8_0` round the weights
-    /// that path uses). `None` runs burn's matmul everywhere. Ignored on other backends.
+    /// that path uses; `Q4` keeps a 4-bit checkpoint's weights exactly and stores any matrix
+    /// that is not 4-bit as Q8_0). `None` runs burn's matmul everywhere. Ignored on other
+    /// backends.
     pub skinny_format: Option<WeightFormat>,
 }
 
@@ -734,6 +736,24 @@ impl<B: Backend> Transformer<B> {
             _ => None,
         };
         Ok(())
+    }
+
+    /// Bytes of packed weights a decode step streams (every block's projections and the output
+    /// head, in the formats they were stored in), or `None` when some are not packed.
+    pub fn packed_bytes(&self) -> Option<usize> {
+        let head = match (&self.lm_head, &self.tied_head) {
+            (Some(head), _) => head.skinny.as_deref(),
+            (None, tied) => tied.as_deref(),
+        }?;
+        let mut bytes = head.matrix.stored_bytes();
+        for block in &self.blocks {
+            let p = block.packed.as_deref()?;
+            bytes += [&p.qkv, &p.o, &p.gate_up, &p.down]
+                .iter()
+                .map(|l| l.matrix.stored_bytes())
+                .sum::<usize>();
+        }
+        Some(bytes)
     }
 
     /// Positions the rotary tables cover.

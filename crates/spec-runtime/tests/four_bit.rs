@@ -1,0 +1,91 @@
+//! `WeightFormat::Q4` on a 4-bit checkpoint keeps its weights: SmolLM2-135M's projections are
+//! Q4_1 blocks in the GGUF file, so packed as Q4 they compute what the f32 copy computes (to
+//! summation rounding), where Q8_0 rounds them once more. Needs the cached model; without it
+//! the test says so and passes, unless `SPEC_REQUIRE_MODELS=1`.
+
+// Test helpers outside #[test] functions unwrap too; a failure there is a test failure.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use burn::backend::Flex;
+use spec_core::sampling::SamplingConfig;
+use spec_runtime::model::{LoadOptions, WeightFormat};
+use spec_runtime::{
+    ForwardRequest, GenerateOptions, LoadedModel, LogitRows, generate_plain, load_model_with,
+};
+
+fn load(path: &std::path::Path, format: WeightFormat) -> LoadedModel<Flex> {
+    let options = LoadOptions {
+        skinny_format: Some(format),
+    };
+    load_model_with::<Flex>(path, &Default::default(), options).unwrap()
+}
+
+/// Logits of every position of `tokens`, fed as one request of at most 16 rows (the packed
+/// path), as one `[rows × vocab]` vector.
+fn logits(model: &LoadedModel<Flex>, tokens: &[u32]) -> Vec<f32> {
+    let mut cache = model.model.new_cache(tokens.len());
+    let out = model
+        .model
+        .forward(
+            ForwardRequest::tokens(tokens).logits(LogitRows::Rows((0..tokens.len()).collect())),
+            &mut cache,
+        )
+        .unwrap();
+    out.logits.unwrap().into_data().to_vec().unwrap()
+}
+
+/// The largest `|a − b|` over the largest `|b|`.
+fn relative_error(a: &[f32], b: &[f32]) -> f32 {
+    let diff = a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+    let scale = b.iter().fold(0f32, |m, y| m.max(y.abs()));
+    diff / scale
+}
+
+#[test]
+fn q4_keeps_smollm2s_four_bit_weights() {
+    let path = match spec_models::resolve("smollm2-135m") {
+        Ok(p) => p,
+        Err(e) => {
+            assert!(
+                std::env::var("SPEC_REQUIRE_MODELS").as_deref() != Ok("1"),
+                "SPEC_REQUIRE_MODELS=1 but {e}"
+            );
+            eprintln!("skipping: {e}");
+            return;
+        }
+    };
+    let f32_model = load(&path, WeightFormat::F32);
+    let q4 = load(&path, WeightFormat::Q4);
+    let q8 = load(&path, WeightFormat::Q8_0);
+
+    // Every projection is 4-bit in the file and stays so; the tied head (the Q8_0 token
+    // embedding) is not on 16 levels and is stored as Q8_0.
+    for block in &q4.model.blocks {
+        let packed = block.packed.as_deref().unwrap();
+        for linear in [&packed.qkv, &packed.o, &packed.gate_up, &packed.down] {
+            assert_eq!(linear.matrix.format(), WeightFormat::Q4);
+        }
+    }
+    let head = q4.model.tied_head.as_deref().unwrap();
+    assert_eq!(head.matrix.format(), WeightFormat::Q8_0);
+
+    let vocab = q4.config.vocab_size as u32;
+    let tokens: Vec<u32> = (1..=12).map(|i| (i * 7919) % vocab).collect();
+    let exact = logits(&f32_model, &tokens);
+    let q4_error = relative_error(&logits(&q4, &tokens), &exact);
+    let q8_error = relative_error(&logits(&q8, &tokens), &exact);
+    eprintln!("logits' largest error against f32: q4 {q4_error:e}, q8_0 {q8_error:e}");
+    assert!(q4_error <= 1e-4, "q4 logits off f32's by {q4_error}");
+    assert!(
+        q8_error > 10.0 * q4_error,
+        "q8_0 {q8_error} against q4 {q4_error}: rounding the weights again should show"
+    );
+
+    let options = GenerateOptions::new(24, SamplingConfig::greedy());
+    let greedy = |m: &LoadedModel<Flex>| {
+        generate_plain(&m.model, &tokens, &options, &mut |_| {})
+            .unwrap()
+            .tokens
+    };
+    assert_eq!(greedy(&q4), greedy(&f32_model));
+}
