@@ -92,11 +92,12 @@ struct GenerateArgs {
     /// How the target's projections are kept: f32 (the checkpoint's weights exactly), q4 (a
     /// 4-bit checkpoint's blocks kept exactly in 0.75 bytes a weight, any other matrix as
     /// q8_0), bf16 or q8_0 (rounded once at load: a faster model that differs from the
-    /// checkpoint; every method then follows that model).
+    /// checkpoint; every method then follows that model), or q8_0-a8 / q4-a8 (those weights
+    /// multiplied by activations rounded to int8, as llama.cpp does: other models again).
     #[arg(long, default_value = "f32")]
     weights: WeightFormat,
-    /// How the draft model's projections are kept for its decode steps: f32, q4, bf16 or q8_0
-    /// (default q8_0). Only the draft is rounded; the output still follows the target alone.
+    /// How the draft model's projections are kept for its decode steps: f32, q4, bf16, q8_0,
+    /// q8_0-a8 or q4-a8 (default q8_0). Only the draft is rounded; the output still follows the target alone.
     #[arg(long)]
     draft_weights: Option<WeightFormat>,
     /// Draft length: a number, or `auto` where the method supports it.

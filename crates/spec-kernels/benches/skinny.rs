@@ -132,6 +132,8 @@ fn skinny(c: &mut Criterion) {
                 WeightFormat::Bf16,
                 WeightFormat::Q8_0,
                 WeightFormat::Q4,
+                WeightFormat::Q8_0A8,
+                WeightFormat::Q4A8,
             ]
             .into_iter()
             .map(|f| PackedMatrix::pack(&weights, n, k, f).expect("finite weights"))

@@ -6,12 +6,16 @@
 
 #[cfg(target_arch = "x86_64")]
 mod imp {
+    use std::marker::PhantomData;
     use std::ops::Range;
 
+    use core::arch::x86_64::{__m128i, __m256i};
     use pulp::bytemuck::cast_slice;
     use pulp::x86::V3;
-    use pulp::{NullaryFnOnce, Simd, cast, f32x8, i8x16, u8x16, u32x8};
 
+    use pulp::{NullaryFnOnce, Simd, cast, f32x8, i8x16, i32x8, u8x16, u32x8};
+
+    use crate::activations::QuantizedRows;
     use crate::pack::{BLOCK, PANEL, PackedMatrix, Storage};
 
     pub(crate) fn available() -> bool {
@@ -263,22 +267,57 @@ mod imp {
         out
     }
 
+    /// A register tile's arithmetic: `out[r][i] = rows[r] · xs[i]` for `RR` weight rows and
+    /// `M` rows of `x`, each handed over as the tile reads it.
+    trait Tiles: Copy {
+        type W: Copy;
+        type X: Copy;
+        fn tile<const RR: usize, const M: usize>(
+            self,
+            simd: V3,
+            rows: &[Self::W; RR],
+            xs: &[Self::X; M],
+            blocks: usize,
+        ) -> [[f32; M]; RR];
+    }
+
+    /// Weights widened to f32 against f32 rows of `x` ([`tile`]).
+    #[derive(Clone, Copy)]
+    struct Widened<'x, W>(PhantomData<(&'x (), W)>);
+
+    impl<'x, W: Row> Tiles for Widened<'x, W> {
+        type W = W;
+        type X = &'x [[f32x8; 4]];
+
+        #[inline(always)]
+        fn tile<const RR: usize, const M: usize>(
+            self,
+            simd: V3,
+            rows: &[W; RR],
+            xs: &[Self::X; M],
+            blocks: usize,
+        ) -> [[f32; M]; RR] {
+            tile(simd, rows, xs, blocks)
+        }
+    }
+
     /// Weight rows `r..r + RR` against rows `i..i + M` of `x`, written into `outs`.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    fn run_tile<'x, W: Row, const RR: usize, const M: usize>(
+    fn run_tile<T: Tiles, const RR: usize, const M: usize>(
         simd: V3,
-        row: &impl Fn(usize) -> W,
+        tiles: T,
+        row: &impl Fn(usize) -> T::W,
         r: usize,
         col: usize,
         i: usize,
-        x_row: &impl Fn(usize) -> &'x [[f32x8; 4]],
+        x_row: &impl Fn(usize) -> T::X,
         blocks: usize,
         outs: &mut [&mut [f32]],
     ) {
-        let ws: [W; RR] = std::array::from_fn(|t| row(r + t));
-        let xs: [&[[f32x8; 4]]; M] = std::array::from_fn(|t| x_row(i + t));
-        let out = tile(simd, &ws, &xs, blocks);
+        let ws: [T::W; RR] = std::array::from_fn(|t| row(r + t));
+        let xs: [T::X; M] = std::array::from_fn(|t| x_row(i + t));
+        let out = tiles.tile(simd, &ws, &xs, blocks);
         for (t, o) in out.iter().enumerate() {
             for (u, v) in o.iter().enumerate() {
                 outs[i + u][col + t] = *v;
@@ -290,12 +329,13 @@ mod imp {
     /// (with `MX` 4, a last 3 or 5 in one tile), then 2 and 1 for the rest.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    fn run_rows<'x, W: Row, const RR: usize, const MX: usize>(
+    fn run_rows<T: Tiles, const RR: usize, const MX: usize>(
         simd: V3,
-        row: &impl Fn(usize) -> W,
+        tiles: T,
+        row: &impl Fn(usize) -> T::W,
         r: usize,
         col: usize,
-        x_row: &impl Fn(usize) -> &'x [[f32x8; 4]],
+        x_row: &impl Fn(usize) -> T::X,
         blocks: usize,
         m: usize,
         outs: &mut [&mut [f32]],
@@ -306,23 +346,23 @@ mod imp {
             // weight rows, not two.
             while m - i >= 3 {
                 if m - i == 3 {
-                    run_tile::<W, RR, 3>(simd, row, r, col, i, x_row, blocks, outs);
+                    run_tile::<T, RR, 3>(simd, tiles, row, r, col, i, x_row, blocks, outs);
                     i += 3;
                 } else if m - i == 5 {
-                    run_tile::<W, RR, 5>(simd, row, r, col, i, x_row, blocks, outs);
+                    run_tile::<T, RR, 5>(simd, tiles, row, r, col, i, x_row, blocks, outs);
                     i += 5;
                 } else {
-                    run_tile::<W, RR, 4>(simd, row, r, col, i, x_row, blocks, outs);
+                    run_tile::<T, RR, 4>(simd, tiles, row, r, col, i, x_row, blocks, outs);
                     i += 4;
                 }
             }
         }
         while i + 2 <= m {
-            run_tile::<W, RR, 2>(simd, row, r, col, i, x_row, blocks, outs);
+            run_tile::<T, RR, 2>(simd, tiles, row, r, col, i, x_row, blocks, outs);
             i += 2;
         }
         if i < m {
-            run_tile::<W, RR, 1>(simd, row, r, col, i, x_row, blocks, outs);
+            run_tile::<T, RR, 1>(simd, tiles, row, r, col, i, x_row, blocks, outs);
         }
     }
 
@@ -330,32 +370,165 @@ mod imp {
     /// of `x` for one or two rows; from three rows on, 2 weight rows (one panel) × up to 4 rows
     /// of `x` (5 when 5 are left), so each widened weight vector serves several FMAs.
     #[inline(always)]
-    fn sweep<W: Row>(
+    #[allow(clippy::too_many_arguments)]
+    fn sweep<T: Tiles>(
         simd: V3,
-        row: impl Fn(usize) -> W,
+        tiles: T,
+        row: impl Fn(usize) -> T::W,
         rows: Range<usize>,
-        x: &[[f32x8; 4]],
+        x_row: impl Fn(usize) -> T::X,
         blocks: usize,
         m: usize,
         outs: &mut [&mut [f32]],
     ) {
-        let x_row = |i: usize| &x[i * blocks..(i + 1) * blocks];
         let start = rows.start;
         let mut r = rows.start;
         if m >= 3 {
             while rows.end - r >= 2 {
-                run_rows::<W, 2, 4>(simd, &row, r, r - start, &x_row, blocks, m, outs);
+                run_rows::<T, 2, 4>(simd, tiles, &row, r, r - start, &x_row, blocks, m, outs);
                 r += 2;
             }
         }
         while rows.end - r >= 4 {
-            run_rows::<W, 4, 2>(simd, &row, r, r - start, &x_row, blocks, m, outs);
+            run_rows::<T, 4, 2>(simd, tiles, &row, r, r - start, &x_row, blocks, m, outs);
             r += 4;
         }
         while r < rows.end {
-            run_rows::<W, 1, 2>(simd, &row, r, r - start, &x_row, blocks, m, outs);
+            run_rows::<T, 1, 2>(simd, tiles, &row, r, r - start, &x_row, blocks, m, outs);
             r += 1;
         }
+    }
+
+    /// A row of `x` rounded to int8 (see [`QuantizedRows`]).
+    #[derive(Clone, Copy)]
+    struct Int8Row<'x> {
+        quants: &'x [[i8; BLOCK]],
+        steps: &'x [f32],
+        sums: &'x [[f32; 8]],
+    }
+
+    /// A weight row whose quants multiply int8 activations with integer multiply-adds.
+    trait IntRow: Row {
+        /// Whether blocks have a minimum (`w = scale · q + min`, unsigned `q`) rather than
+        /// signed quants (`w = scale · q`).
+        const OFFSET: bool;
+        /// Block `b`'s 32 quants in order (unsigned when [`IntRow::OFFSET`]), its scale and its
+        /// minimum (0 without one).
+        fn block(self, simd: V3, b: usize) -> (__m256i, f32, f32);
+    }
+
+    impl IntRow for Q8Row<'_> {
+        const OFFSET: bool = false;
+
+        #[inline(always)]
+        fn block(self, _simd: V3, b: usize) -> (__m256i, f32, f32) {
+            let at = b * PANEL + self.lane;
+            (cast(self.quants[at]), self.scales[at], 0.0)
+        }
+    }
+
+    impl IntRow for Q4Row<'_> {
+        const OFFSET: bool = true;
+
+        #[inline(always)]
+        fn block(self, simd: V3, b: usize) -> (__m256i, f32, f32) {
+            let at = b * PANEL + self.lane;
+            // Bytes 0..16 hold weights 0..16 in their low nibbles and 16..32 in their high ones.
+            let packed: __m128i = cast(self.quants[at]);
+            let mask = simd.sse2._mm_set1_epi8(0x0F);
+            let low = simd.sse2._mm_and_si128(packed, mask);
+            let high = simd
+                .sse2
+                ._mm_and_si128(simd.sse2._mm_srli_epi16::<4>(packed), mask);
+            let quants = simd
+                .avx2
+                ._mm256_inserti128_si256::<1>(simd.avx._mm256_castsi128_si256(low), high);
+            let [scale, min] = self.params[at];
+            (quants, scale, min)
+        }
+    }
+
+    /// Integer weights against int8 rows of `x` ([`tile_int8`]).
+    #[derive(Clone, Copy)]
+    struct Int8<'x, W>(PhantomData<(&'x (), W)>);
+
+    impl<'x, W: IntRow> Tiles for Int8<'x, W> {
+        type W = W;
+        type X = Int8Row<'x>;
+
+        #[inline(always)]
+        fn tile<const RR: usize, const M: usize>(
+            self,
+            simd: V3,
+            rows: &[W; RR],
+            xs: &[Int8Row<'x>; M],
+            blocks: usize,
+        ) -> [[f32; M]; RR] {
+            tile_int8(simd, rows, xs, blocks)
+        }
+    }
+
+    /// The dot products of integer weight rows with int8 rows of `x`. Per block, 32 products
+    /// are summed exactly in integers (`vpmaddubsw`, which multiplies unsigned by signed bytes,
+    /// then `vpmaddwd` by ones; signed weights give the sign to `x` and their absolute value to
+    /// the unsigned side, as llama.cpp does, and |q| ≤ 127 keeps the pairs from saturating),
+    /// then scaled by the weight's scale times the block of `x`'s step into f32 accumulators; an
+    /// offset block adds `min · step · Σ q_x`. A row's operations do not depend on the tile.
+    #[allow(clippy::needless_range_loop)]
+    #[inline(always)]
+    fn tile_int8<W: IntRow, const RR: usize, const M: usize>(
+        simd: V3,
+        rows: &[W; RR],
+        xs: &[Int8Row<'_>; M],
+        blocks: usize,
+    ) -> [[f32; M]; RR] {
+        let zero = simd.splat_f32x8(0.0);
+        let ones = simd.avx._mm256_set1_epi16(1);
+        let mut acc = [[zero; M]; RR];
+        for b in 0..blocks {
+            let ahead = PREFETCH_AHEAD_BYTES / W::PANEL_BLOCK_BYTES;
+            for r in (0..RR).step_by(PANEL) {
+                rows[r].prefetch(simd, b + ahead);
+            }
+            for r in 0..RR {
+                let (quants, scale, min) = rows[r].block(simd, b);
+                let unsigned = if W::OFFSET {
+                    quants
+                } else {
+                    simd.avx2._mm256_abs_epi8(quants)
+                };
+                for i in 0..M {
+                    let x: __m256i = cast(xs[i].quants[b]);
+                    let signed = if W::OFFSET {
+                        x
+                    } else {
+                        simd.avx2._mm256_sign_epi8(x, quants)
+                    };
+                    let pairs = simd.avx2._mm256_maddubs_epi16(unsigned, signed);
+                    let sums: i32x8 = cast(simd.avx2._mm256_madd_epi16(pairs, ones));
+                    let step = xs[i].steps[b];
+                    acc[r][i] = simd.mul_add_f32x8(
+                        simd.convert_i32x8_to_f32x8(sums),
+                        simd.splat_f32x8(scale * step),
+                        acc[r][i],
+                    );
+                    if W::OFFSET {
+                        acc[r][i] = simd.mul_add_f32x8(
+                            cast(xs[i].sums[b]),
+                            simd.splat_f32x8(min),
+                            acc[r][i],
+                        );
+                    }
+                }
+            }
+        }
+        let mut out = [[0.0f32; M]; RR];
+        for r in 0..RR {
+            for i in 0..M {
+                out[r][i] = simd.reduce_sum_f32s(acc[r][i]);
+            }
+        }
+        out
     }
 
     /// The blocks of the panel holding row `r` (`blocks` blocks a row, one unit each).
@@ -370,11 +543,12 @@ mod imp {
         mat: &'a PackedMatrix,
         rows: Range<usize>,
         x: &'a [f32],
+        int8: Option<&'a QuantizedRows>,
         m: usize,
         outs: &'a mut [&'b mut [f32]],
     }
 
-    impl NullaryFnOnce for Job<'_, '_> {
+    impl<'a> NullaryFnOnce for Job<'a, '_> {
         type Output = ();
 
         #[inline(always)]
@@ -384,23 +558,50 @@ mod imp {
                 mat,
                 rows,
                 x,
+                int8,
                 m,
                 outs,
             } = self;
             let kp = mat.padded_cols();
             let blocks = kp / BLOCK;
             let x: &[[f32x8; 4]] = cast_slice(x);
+            let x_row = |i: usize| &x[i * blocks..(i + 1) * blocks];
+            let int8_row = |q: &'a QuantizedRows| {
+                move |i: usize| Int8Row {
+                    quants: &q.quants[i * blocks..(i + 1) * blocks],
+                    steps: &q.steps[i * blocks..(i + 1) * blocks],
+                    sums: &q.sums[i * blocks..(i + 1) * blocks],
+                }
+            };
 
             match &mat.storage {
                 Storage::F32(w) => {
                     let w: &[[f32x8; 4]] = cast_slice(w);
                     let row = |r: usize| F32Row(panel(w, r, blocks), r % PANEL);
-                    sweep(simd, row, rows, x, blocks, m, outs);
+                    sweep(
+                        simd,
+                        Widened(PhantomData),
+                        row,
+                        rows,
+                        x_row,
+                        blocks,
+                        m,
+                        outs,
+                    );
                 }
                 Storage::Bf16(w) => {
                     let w: &[[u32x8; 2]] = cast_slice(w);
                     let row = |r: usize| Bf16Row(panel(w, r, blocks), r % PANEL);
-                    sweep(simd, row, rows, x, blocks, m, outs);
+                    sweep(
+                        simd,
+                        Widened(PhantomData),
+                        row,
+                        rows,
+                        x_row,
+                        blocks,
+                        m,
+                        outs,
+                    );
                 }
                 Storage::Q8_0 { quants, scales } => {
                     let quants: &[[u64; 4]] = cast_slice(quants);
@@ -409,7 +610,28 @@ mod imp {
                         scales: panel(scales, r, blocks),
                         lane: r % PANEL,
                     };
-                    sweep(simd, row, rows, x, blocks, m, outs);
+                    match int8 {
+                        Some(q) => sweep(
+                            simd,
+                            Int8(PhantomData),
+                            row,
+                            rows,
+                            int8_row(q),
+                            blocks,
+                            m,
+                            outs,
+                        ),
+                        None => sweep(
+                            simd,
+                            Widened(PhantomData),
+                            row,
+                            rows,
+                            x_row,
+                            blocks,
+                            m,
+                            outs,
+                        ),
+                    }
                 }
                 Storage::Q4 { quants, params } => {
                     let quants: &[[u64; 2]] = cast_slice(quants);
@@ -418,17 +640,41 @@ mod imp {
                         params: panel(params, r, blocks),
                         lane: r % PANEL,
                     };
-                    sweep(simd, row, rows, x, blocks, m, outs);
+                    match int8 {
+                        Some(q) => sweep(
+                            simd,
+                            Int8(PhantomData),
+                            row,
+                            rows,
+                            int8_row(q),
+                            blocks,
+                            m,
+                            outs,
+                        ),
+                        None => sweep(
+                            simd,
+                            Widened(PhantomData),
+                            row,
+                            rows,
+                            x_row,
+                            blocks,
+                            m,
+                            outs,
+                        ),
+                    }
                 }
             }
         }
     }
 
-    /// `outs[i][r - rows.start] = x[i] · W[r]`; `x` is `[m, padded_cols]`.
+    /// `outs[i][r - rows.start] = x[i] · W[r]`; `x` is `[m, padded_cols]`, and `int8` the same
+    /// rows rounded to int8, which integer weights multiply instead when given (f32 and bf16
+    /// weights, which have no integer path, then multiply `x`).
     pub(crate) fn run(
         mat: &PackedMatrix,
         rows: Range<usize>,
         x: &[f32],
+        int8: Option<&QuantizedRows>,
         m: usize,
         outs: &mut [&mut [f32]],
     ) {
@@ -438,10 +684,14 @@ mod imp {
                 mat,
                 rows,
                 x,
+                int8,
                 m,
                 outs,
             }),
-            None => crate::scalar::run(mat, rows, x, m, outs),
+            None => match int8 {
+                Some(q) => crate::scalar::run(mat, rows, &q.dequantize(), m, outs),
+                None => crate::scalar::run(mat, rows, x, m, outs),
+            },
         }
     }
 }
@@ -450,6 +700,7 @@ mod imp {
 mod imp {
     use std::ops::Range;
 
+    use crate::activations::QuantizedRows;
     use crate::pack::PackedMatrix;
 
     pub(crate) fn available() -> bool {
@@ -460,10 +711,14 @@ mod imp {
         mat: &PackedMatrix,
         rows: Range<usize>,
         x: &[f32],
+        int8: Option<&QuantizedRows>,
         m: usize,
         outs: &mut [&mut [f32]],
     ) {
-        crate::scalar::run(mat, rows, x, m, outs);
+        match int8 {
+            Some(q) => crate::scalar::run(mat, rows, &q.dequantize(), m, outs),
+            None => crate::scalar::run(mat, rows, x, m, outs),
+        }
     }
 }
 

@@ -28,6 +28,6 @@ pub enum KernelError {
         expected: usize,
         found: usize,
     },
-    #[error("unknown weight format {0:?}; expected f32, bf16 or q8_0")]
+    #[error("unknown weight format {0:?}; expected f32, bf16, q8_0, q4, q8_0-a8 or q4-a8")]
     UnknownFormat(String),
 }

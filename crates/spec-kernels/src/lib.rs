@@ -41,6 +41,7 @@
 //!   (low nibble) and `16 + 8 h + l` (high nibble), so one zero-extending load (`vpmovzxbd`)
 //!   gives two vectors of 8 consecutive weights with a mask and a shift; `[scale, min]` a block.
 
+mod activations;
 mod avx2;
 mod error;
 mod pack;

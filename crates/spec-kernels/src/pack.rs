@@ -6,6 +6,7 @@ use std::sync::Mutex;
 
 use half::bf16;
 
+use crate::activations::QuantizedRows;
 use crate::error::KernelError;
 use crate::team::Team;
 use crate::{Exec, Isa, avx2, scalar};
@@ -56,6 +57,15 @@ pub enum WeightFormat {
     /// off such a grid is stored as [`WeightFormat::Q8_0`] instead ([`PackedMatrix::format`]
     /// says which).
     Q4,
+    /// [`WeightFormat::Q8_0`] weights multiplied by activations rounded to int8 too (each
+    /// block of 32 inputs of a row of `x` to `max |x| / 127` steps), with integer
+    /// multiply-adds, as llama.cpp computes: less work a weight than widening to f32, but the
+    /// result is no longer the f32 product with the stored weights (`x` is rounded, to about
+    /// 0.4% of its block's largest value). A different, faster model; never chosen by default.
+    Q8_0A8,
+    /// [`WeightFormat::Q4`] weights with activations rounded to int8 (as for
+    /// [`WeightFormat::Q8_0A8`]; a matrix Q4 cannot hold exactly is stored as `Q8_0A8`).
+    Q4A8,
 }
 
 impl WeightFormat {
@@ -64,9 +74,15 @@ impl WeightFormat {
         match self {
             Self::F32 => 4.0,
             Self::Bf16 => 2.0,
-            Self::Q8_0 => 1.0 + 4.0 / BLOCK as f64,
-            Self::Q4 => 0.5 + 8.0 / BLOCK as f64,
+            Self::Q8_0 | Self::Q8_0A8 => 1.0 + 4.0 / BLOCK as f64,
+            Self::Q4 | Self::Q4A8 => 0.5 + 8.0 / BLOCK as f64,
         }
+    }
+
+    /// Whether products round the activations to int8 ([`WeightFormat::Q8_0A8`],
+    /// [`WeightFormat::Q4A8`]).
+    pub fn rounds_activations(self) -> bool {
+        matches!(self, Self::Q8_0A8 | Self::Q4A8)
     }
 
     pub fn name(self) -> &'static str {
@@ -75,6 +91,8 @@ impl WeightFormat {
             Self::Bf16 => "bf16",
             Self::Q8_0 => "q8_0",
             Self::Q4 => "q4",
+            Self::Q8_0A8 => "q8_0-a8",
+            Self::Q4A8 => "q4-a8",
         }
     }
 }
@@ -94,6 +112,8 @@ impl FromStr for WeightFormat {
             "bf16" => Ok(Self::Bf16),
             "q8_0" | "q8" => Ok(Self::Q8_0),
             "q4" => Ok(Self::Q4),
+            "q8_0-a8" | "q8-a8" => Ok(Self::Q8_0A8),
+            "q4-a8" => Ok(Self::Q4A8),
             _ => Err(KernelError::UnknownFormat(s.to_owned())),
         }
     }
@@ -166,12 +186,19 @@ impl PackedMatrix {
             row.clone()
         };
         let storage = match format {
-            WeightFormat::Q4 => match pack_q4(&mut padded_row, rows, cols, blocks, panel_rows) {
-                Some(storage) => storage,
-                None => {
-                    return Self::pack(weights, rows, cols, WeightFormat::Q8_0);
+            WeightFormat::Q4 | WeightFormat::Q4A8 => {
+                match pack_q4(&mut padded_row, rows, cols, blocks, panel_rows) {
+                    Some(storage) => storage,
+                    None => {
+                        let instead = if format == WeightFormat::Q4 {
+                            WeightFormat::Q8_0
+                        } else {
+                            WeightFormat::Q8_0A8
+                        };
+                        return Self::pack(weights, rows, cols, instead);
+                    }
                 }
-            },
+            }
             WeightFormat::F32 => {
                 let mut out = vec![0.0f32; panel_rows * padded_cols];
                 for r in 0..rows {
@@ -195,7 +222,7 @@ impl PackedMatrix {
                 }
                 Storage::Bf16(out)
             }
-            WeightFormat::Q8_0 => {
+            WeightFormat::Q8_0 | WeightFormat::Q8_0A8 => {
                 let mut quants = vec![0u64; panel_rows * padded_cols / 8];
                 let mut scales = vec![0.0f32; panel_rows * blocks];
                 let mut row_quants = Vec::with_capacity(padded_cols / 8);
@@ -266,6 +293,24 @@ impl PackedMatrix {
         out
     }
 
+    /// The inputs a product multiplies for `x` `[m, cols]`: `x` itself, or for the formats that
+    /// round activations ([`WeightFormat::rounds_activations`]) `x` rounded to int8 blocks.
+    pub fn rounded_input(&self, x: &[f32], m: usize) -> Vec<f32> {
+        let (k, kp) = (self.cols, self.padded_cols);
+        if !self.format.rounds_activations() || x.len() != m * k {
+            return x.to_vec();
+        }
+        let mut padded = vec![0.0f32; m * kp];
+        for (dst, src) in padded.chunks_exact_mut(kp).zip(x.chunks_exact(k.max(1))) {
+            dst[..k].copy_from_slice(src);
+        }
+        let rounded = QuantizedRows::new(&padded).dequantize();
+        rounded
+            .chunks_exact(kp)
+            .flat_map(|row| row[..k].iter().copied())
+            .collect()
+    }
+
     /// `y[m, rows] = x[m, cols] · Wᵀ` with the default [`Exec`] (SIMD where available, threads).
     pub fn matmul_into(&self, x: &[f32], m: usize, y: &mut [f32]) -> Result<(), KernelError> {
         self.matmul_with(x, m, y, Exec::default())
@@ -319,10 +364,18 @@ impl PackedMatrix {
             padded = p;
             &padded
         };
+        // The *A8 formats multiply x rounded to int8; the portable loop multiplies the same
+        // rounded values as f32.
+        let int8 = self
+            .format
+            .rounds_activations()
+            .then(|| QuantizedRows::new(xs));
+        let rounded = int8.as_ref().map(QuantizedRows::dequantize);
+        let xs = rounded.as_deref().unwrap_or(xs);
         let simd = exec.isa == Isa::Auto && avx2::available();
         let run = |rows: Range<usize>, outs: &mut [&mut [f32]]| {
             if simd {
-                avx2::run(self, rows, xs, m, outs);
+                avx2::run(self, rows, xs, int8.as_ref(), m, outs);
             } else {
                 scalar::run(self, rows, xs, m, outs);
             }

@@ -11,11 +11,13 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use spec_kernels::{Exec, Isa, KernelError, PackedMatrix, WeightFormat};
 
-const FORMATS: [WeightFormat; 4] = [
+const FORMATS: [WeightFormat; 6] = [
     WeightFormat::F32,
     WeightFormat::Bf16,
     WeightFormat::Q8_0,
     WeightFormat::Q4,
+    WeightFormat::Q8_0A8,
+    WeightFormat::Q4A8,
 ];
 
 fn random(len: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
@@ -42,17 +44,19 @@ fn four_bit(n: usize, k: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
 /// otherwise.
 fn weights_for(format: WeightFormat, n: usize, k: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
     match format {
-        WeightFormat::Q4 => four_bit(n, k, rng),
+        WeightFormat::Q4 | WeightFormat::Q4A8 => four_bit(n, k, rng),
         _ => random(n * k, rng),
     }
 }
 
-/// Checks `y` against the f64 product of `x` with the stored weights: the error of each entry is
-/// at most 1e-5 of `Σ |x_i w_i|` (the scale f32 rounding acts on; equal to 1e-5 relative when
-/// the terms do not cancel).
+/// Checks `y` against the f64 product of `x` (rounded to int8 blocks for the formats that round
+/// activations) with the stored weights: the error of each entry is at most 1e-5 of
+/// `Σ |x_i w_i|` (the scale f32 rounding acts on; equal to 1e-5 relative when the terms do not
+/// cancel).
 fn check(mat: &PackedMatrix, x: &[f32], m: usize, y: &[f32]) -> Result<(), TestCaseError> {
     let (n, k) = (mat.rows(), mat.cols());
     let w = mat.dequantize();
+    let x = &mat.rounded_input(x, m);
     for i in 0..m {
         for r in 0..n {
             let (mut dot, mut mag) = (0.0f64, 0.0f64);
@@ -266,6 +270,71 @@ fn q4_rounds_nothing_and_stores_other_weights_as_q8_0() {
 }
 
 #[test]
+fn rounded_activations_stay_close_and_keep_nan() {
+    let mut rng = ChaCha8Rng::seed_from_u64(13);
+    let (m, n, k) = (3, 64, 300);
+    let x = random(m * k, &mut rng);
+    for (exact, rounded) in [
+        (WeightFormat::Q8_0, WeightFormat::Q8_0A8),
+        (WeightFormat::Q4, WeightFormat::Q4A8),
+    ] {
+        let weights = weights_for(exact, n, k, &mut rng);
+        let f32_x = PackedMatrix::pack(&weights, n, k, exact).unwrap();
+        let int8_x = PackedMatrix::pack(&weights, n, k, rounded).unwrap();
+        assert_eq!(int8_x.format(), rounded);
+        assert_eq!(int8_x.dequantize(), f32_x.dequantize());
+        // Each input moves by at most half a step of its block, max |x| / 254.
+        let xr = int8_x.rounded_input(&x, m);
+        let blocks = |v: &[f32]| -> Vec<Vec<f32>> {
+            v.chunks(k)
+                .flat_map(|row| row.chunks(32))
+                .map(<[f32]>::to_vec)
+                .collect()
+        };
+        for (block_x, block_r) in blocks(&x).into_iter().zip(blocks(&xr)) {
+            let amax = block_x.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+            for (a, b) in block_x.iter().zip(&block_r) {
+                assert!(
+                    (a - b).abs() <= amax / 254.0 * (1.0 + 1e-5),
+                    "{a} rounded to {b}"
+                );
+            }
+            assert!(block_x != block_r, "{rounded}: x was not rounded");
+        }
+        let w = f32_x.dequantize();
+        let (y_exact, y_rounded) = (f32_x.matmul(&x, m).unwrap(), int8_x.matmul(&x, m).unwrap());
+        for i in 0..m {
+            for r in 0..n {
+                let bound: f32 = (0..k)
+                    .map(|c| (x[i * k + c] - xr[i * k + c]).abs() * w[r * k + c].abs())
+                    .sum::<f32>()
+                    * 1.01
+                    + 1e-5;
+                let (a, b) = (y_exact[i * n + r], y_rounded[i * n + r]);
+                assert!(
+                    (a - b).abs() <= bound,
+                    "{rounded} y[{i},{r}]: {b} vs {a} (bound {bound})"
+                );
+            }
+        }
+        // A NaN input makes its row NaN, not a zero quant.
+        let mut bad = x.clone();
+        bad[k + 40] = f32::NAN;
+        let y = int8_x.matmul(&bad, m).unwrap();
+        assert!(
+            y[n..2 * n].iter().all(|v| v.is_nan()),
+            "{rounded}: NaN lost"
+        );
+        assert!(y[..n].iter().chain(&y[2 * n..]).all(|v| v.is_finite()));
+    }
+    assert_eq!("q4-a8".parse::<WeightFormat>().unwrap(), WeightFormat::Q4A8);
+    assert_eq!(
+        "q8_0-a8".parse::<WeightFormat>().unwrap(),
+        WeightFormat::Q8_0A8
+    );
+}
+
+#[test]
 fn zero_rows_and_zero_blocks() {
     let (n, k) = (9, 70);
     let mut weights = vec![0.0f32; n * k];
@@ -276,12 +345,17 @@ fn zero_rows_and_zero_blocks() {
         let y = mat.matmul(&x, 3).unwrap();
         for i in 0..3 {
             for r in 0..n {
-                let expected = if r == 5 {
-                    2.0 * (i * k + 69) as f32
+                let got = y[i * n + r];
+                if r != 5 {
+                    assert_eq!(got, 0.0, "{format} y[{i},{r}]");
+                } else if format.rounds_activations() {
+                    // x rounded to int8: the largest value of a block comes back to f32
+                    // rounding.
+                    let expected = 2.0 * (i * k + 69) as f32;
+                    assert!((got - expected).abs() <= 1e-5 * expected, "{format}: {got}");
                 } else {
-                    0.0
-                };
-                assert_eq!(y[i * n + r], expected, "{format} y[{i},{r}]");
+                    assert_eq!(got, 2.0 * (i * k + 69) as f32, "{format} y[{i},{r}]");
+                }
             }
         }
     }

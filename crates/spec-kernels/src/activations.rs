@@ -1,0 +1,70 @@
+//! Rows of `x` rounded to int8, for the formats that multiply integer weights by integer
+//! activations ([`crate::WeightFormat::Q8_0A8`], [`crate::WeightFormat::Q4A8`]).
+
+use crate::pack::BLOCK;
+
+/// `m` rows of `padded_cols` inputs as blocks of 32 int8 quants, each block with its step
+/// (`max |x| / 127`): input `x` becomes `step · q`.
+#[derive(Debug, Clone)]
+pub(crate) struct QuantizedRows {
+    /// Block `b` of row `i` at `i · blocks + b`.
+    pub(crate) quants: Vec<[i8; BLOCK]>,
+    /// Each block's step; NaN for a block holding a value that is not finite, so that the
+    /// product is NaN as the f32 product would be.
+    pub(crate) steps: Vec<f32>,
+    /// `step · Σ q` of each block in lane 0 (the sum a Q4 block's minimum multiplies).
+    pub(crate) sums: Vec<[f32; 8]>,
+}
+
+impl QuantizedRows {
+    /// Rounds `x` `[m, padded_cols]` (row-major, `padded_cols` a multiple of [`BLOCK`]).
+    pub(crate) fn new(x: &[f32]) -> Self {
+        let n = x.len() / BLOCK;
+        let mut quants = Vec::with_capacity(n);
+        let mut steps = Vec::with_capacity(n);
+        let mut sums = Vec::with_capacity(n);
+        for block in x.chunks_exact(BLOCK) {
+            let mut q = [0i8; BLOCK];
+            let finite = block.iter().all(|v| v.is_finite());
+            // Loops without calls (libm's `roundf` is one) so that they vectorize: this runs
+            // on the calling thread before every product.
+            let amax = block
+                .iter()
+                .fold(0.0f32, |a, v| if v.abs() > a { v.abs() } else { a });
+            let step = if !finite {
+                f32::NAN
+            } else if amax == 0.0 {
+                0.0
+            } else {
+                let step = amax / 127.0;
+                let inv = 1.0 / step;
+                for (q, v) in q.iter_mut().zip(block) {
+                    // Half away from zero, then truncation; |v · inv| ≤ 127 (to rounding).
+                    let r = v * inv;
+                    *q = (r + 0.5f32.copysign(r)) as i8;
+                }
+                step
+            };
+            let total: i32 = q.iter().map(|&v| i32::from(v)).sum();
+            let mut sum = [0.0f32; 8];
+            sum[0] = step * total as f32;
+            quants.push(q);
+            steps.push(step);
+            sums.push(sum);
+        }
+        Self {
+            quants,
+            steps,
+            sums,
+        }
+    }
+
+    /// The rounded rows as f32, `[m, padded_cols]`: what the product multiplies.
+    pub(crate) fn dequantize(&self) -> Vec<f32> {
+        let mut out = Vec::with_capacity(self.quants.len() * BLOCK);
+        for (q, &step) in self.quants.iter().zip(&self.steps) {
+            out.extend(q.iter().map(|&v| step * f32::from(v)));
+        }
+        out
+    }
+}
