@@ -433,16 +433,16 @@ mod imp {
         #[inline(always)]
         fn block(self, simd: V3, b: usize) -> (__m256i, f32, f32) {
             let at = b * PANEL + self.lane;
-            // Bytes 0..16 hold weights 0..16 in their low nibbles and 16..32 in their high ones.
+            // Bytes 0..16 hold weights 0..16 in their low nibbles and 16..32 in their high ones:
+            // the 16 bytes in both halves (one broadcasting load), the upper half shifted down
+            // by a nibble, then masked.
             let packed: __m128i = cast(self.quants[at]);
-            let mask = simd.sse2._mm_set1_epi8(0x0F);
-            let low = simd.sse2._mm_and_si128(packed, mask);
-            let high = simd
-                .sse2
-                ._mm_and_si128(simd.sse2._mm_srli_epi16::<4>(packed), mask);
-            let quants = simd
-                .avx2
-                ._mm256_inserti128_si256::<1>(simd.avx._mm256_castsi128_si256(low), high);
+            let both = simd.avx2._mm256_broadcastsi128_si256(packed);
+            let shifts = simd.avx._mm256_set_epi64x(4, 4, 0, 0);
+            let quants = simd.avx2._mm256_and_si256(
+                simd.avx2._mm256_srlv_epi64(both, shifts),
+                simd.avx._mm256_set1_epi8(0x0F),
+            );
             let [scale, min] = self.params[at];
             (quants, scale, min)
         }
@@ -492,6 +492,7 @@ mod imp {
             }
             for r in 0..RR {
                 let (quants, scale, min) = rows[r].block(simd, b);
+                let scale = simd.splat_f32x8(scale);
                 let unsigned = if W::OFFSET {
                     quants
                 } else {
@@ -506,10 +507,11 @@ mod imp {
                     };
                     let pairs = simd.avx2._mm256_maddubs_epi16(unsigned, signed);
                     let sums: i32x8 = cast(simd.avx2._mm256_madd_epi16(pairs, ones));
-                    let step = xs[i].steps[b];
+                    // A broadcast from memory and a multiply: no shuffle in the FP pipes.
+                    let step = simd.splat_f32x8(xs[i].steps[b]);
                     acc[r][i] = simd.mul_add_f32x8(
                         simd.convert_i32x8_to_f32x8(sums),
-                        simd.splat_f32x8(scale * step),
+                        simd.mul_f32x8(scale, step),
                         acc[r][i],
                     );
                     if W::OFFSET {
@@ -548,7 +550,7 @@ mod imp {
         outs: &'a mut [&'b mut [f32]],
     }
 
-    impl<'a> NullaryFnOnce for Job<'a, '_> {
+    impl NullaryFnOnce for Job<'_, '_> {
         type Output = ();
 
         #[inline(always)]
@@ -565,19 +567,12 @@ mod imp {
             let kp = mat.padded_cols();
             let blocks = kp / BLOCK;
             let x: &[[f32x8; 4]] = cast_slice(x);
-            let x_row = |i: usize| &x[i * blocks..(i + 1) * blocks];
-            let int8_row = |q: &'a QuantizedRows| {
-                move |i: usize| Int8Row {
-                    quants: &q.quants[i * blocks..(i + 1) * blocks],
-                    steps: &q.steps[i * blocks..(i + 1) * blocks],
-                    sums: &q.sums[i * blocks..(i + 1) * blocks],
-                }
-            };
 
             match &mat.storage {
                 Storage::F32(w) => {
                     let w: &[[f32x8; 4]] = cast_slice(w);
                     let row = |r: usize| F32Row(panel(w, r, blocks), r % PANEL);
+                    let x_row = f32_rows(x, blocks);
                     sweep(
                         simd,
                         Widened(PhantomData),
@@ -592,6 +587,7 @@ mod imp {
                 Storage::Bf16(w) => {
                     let w: &[[u32x8; 2]] = cast_slice(w);
                     let row = |r: usize| Bf16Row(panel(w, r, blocks), r % PANEL);
+                    let x_row = f32_rows(x, blocks);
                     sweep(
                         simd,
                         Widened(PhantomData),
@@ -610,28 +606,7 @@ mod imp {
                         scales: panel(scales, r, blocks),
                         lane: r % PANEL,
                     };
-                    match int8 {
-                        Some(q) => sweep(
-                            simd,
-                            Int8(PhantomData),
-                            row,
-                            rows,
-                            int8_row(q),
-                            blocks,
-                            m,
-                            outs,
-                        ),
-                        None => sweep(
-                            simd,
-                            Widened(PhantomData),
-                            row,
-                            rows,
-                            x_row,
-                            blocks,
-                            m,
-                            outs,
-                        ),
-                    }
+                    integer_sweep(simd, row, rows, x, int8, blocks, m, outs);
                 }
                 Storage::Q4 { quants, params } => {
                     let quants: &[[u64; 2]] = cast_slice(quants);
@@ -640,29 +615,52 @@ mod imp {
                         params: panel(params, r, blocks),
                         lane: r % PANEL,
                     };
-                    match int8 {
-                        Some(q) => sweep(
-                            simd,
-                            Int8(PhantomData),
-                            row,
-                            rows,
-                            int8_row(q),
-                            blocks,
-                            m,
-                            outs,
-                        ),
-                        None => sweep(
-                            simd,
-                            Widened(PhantomData),
-                            row,
-                            rows,
-                            x_row,
-                            blocks,
-                            m,
-                            outs,
-                        ),
-                    }
+                    integer_sweep(simd, row, rows, x, int8, blocks, m, outs);
                 }
+            }
+        }
+    }
+
+    /// Row `i` of `x` as blocks of four f32 vectors.
+    #[inline(always)]
+    fn f32_rows<'x>(x: &'x [[f32x8; 4]], blocks: usize) -> impl Fn(usize) -> &'x [[f32x8; 4]] {
+        move |i| &x[i * blocks..(i + 1) * blocks]
+    }
+
+    /// Integer weights against the int8 rows of `x` when given, else against `x` widened.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn integer_sweep<W: IntRow>(
+        simd: V3,
+        row: impl Fn(usize) -> W,
+        rows: Range<usize>,
+        x: &[[f32x8; 4]],
+        int8: Option<&QuantizedRows>,
+        blocks: usize,
+        m: usize,
+        outs: &mut [&mut [f32]],
+    ) {
+        match int8 {
+            Some(q) => {
+                let x_row = |i: usize| Int8Row {
+                    quants: &q.quants[i * blocks..(i + 1) * blocks],
+                    steps: &q.steps[i * blocks..(i + 1) * blocks],
+                    sums: &q.sums[i * blocks..(i + 1) * blocks],
+                };
+                sweep(simd, Int8(PhantomData), row, rows, x_row, blocks, m, outs);
+            }
+            None => {
+                let x_row = f32_rows(x, blocks);
+                sweep(
+                    simd,
+                    Widened(PhantomData),
+                    row,
+                    rows,
+                    x_row,
+                    blocks,
+                    m,
+                    outs,
+                );
             }
         }
     }

@@ -24,7 +24,13 @@
 //!   blocks: at most 16 evenly spaced values a block), Q4 blocks (32 nibbles with an f32 scale
 //!   and minimum, 0.75 bytes a weight) that keep them exactly. Narrow formats are widened to f32
 //!   inside the kernel and every sum is accumulated in f32, so the result equals the f32 product
-//!   with the *stored* (rounded) weights, which [`PackedMatrix::dequantize`] returns.
+//!   with the *stored* (rounded) weights, which [`PackedMatrix::dequantize`] returns;
+//! - the `*A8` formats (`Q8_0A8`, `Q4A8`) instead round each block of 32 inputs of a row of `x`
+//!   to int8 before the product (llama.cpp's arithmetic): a block's 32 products are summed
+//!   exactly in integers (`vpmaddubsw`, `vpmaddwd`) and scaled into f32 once, so no weight is
+//!   widened to f32. The result is the f32 product of the *rounded* `x`
+//!   ([`PackedMatrix::rounded_input`]) with the stored weights: a different model from the
+//!   checkpoint's, offered by name only.
 //!
 //! Layouts: each row is padded with zeros to a multiple of 32 columns (one block), and rows are
 //! stored in panels of 2, block by block (block `b` of rows `2p` and `2p + 1`, then block
