@@ -187,7 +187,7 @@ mod tests {
             "bigram:depth=3",
             "x:k=",
             "prompt-lookup:history=maybe",
-            "sampling:draft-weights=q4",
+            "sampling:draft-weights=q3",
         ] {
             assert!(BenchMethod::parse(bad).is_err(), "{bad:?} should fail");
         }

@@ -267,7 +267,8 @@ pub struct LoadOptions {
     /// in this format for inputs of at most [`SKINNY_MAX_ROWS`] rows (f32 by default: exact, at
     /// the cost of holding the projection weights twice; `Bf16` and `Q8_0` round the weights
     /// that path uses; `Q4` keeps a 4-bit checkpoint's weights exactly and stores any matrix
-    /// that is not 4-bit as Q8_0). `None` runs burn's matmul everywhere. Ignored on other
+    /// that is not 4-bit as Q8_0; `Q8_0A8` and `Q4A8` also round the activations to int8, a
+    /// different model again). `None` runs burn's matmul everywhere. Ignored on other
     /// backends.
     pub skinny_format: Option<WeightFormat>,
 }
