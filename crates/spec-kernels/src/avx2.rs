@@ -1,8 +1,10 @@
 //! The AVX2 + FMA kernel (x86-64, through `pulp`'s safe intrinsics; detected at run time).
 //!
 //! Every format presents a weight row as blocks of 32 weights read as four f32 vectors, so one
-//! register tile serves all three: a few weight rows × a few rows of `x`, each pair accumulating
-//! an 8-lane partial dot product, reduced once at the end of the row.
+//! register tile serves them all: a few weight rows × a few rows of `x`, each pair accumulating
+//! an 8-lane partial dot product, reduced once at the end of the row. The integer formats also
+//! present a block as 32 bytes, for the tile that multiplies them by `x` rounded to int8 (the
+//! `*A8` formats); the same driver runs both tiles.
 
 #[cfg(target_arch = "x86_64")]
 mod imp {
