@@ -127,17 +127,10 @@ fn skinny(c: &mut Criterion) {
         }
         for (proj, n, k) in shapes {
             let weights = four_bit_weights(n, k, &mut rng);
-            let packed: Vec<PackedMatrix> = [
-                WeightFormat::F32,
-                WeightFormat::Bf16,
-                WeightFormat::Q8_0,
-                WeightFormat::Q4,
-                WeightFormat::Q8_0A8,
-                WeightFormat::Q4A8,
-            ]
-            .into_iter()
-            .map(|f| PackedMatrix::pack(&weights, n, k, f).expect("finite weights"))
-            .collect();
+            let packed: Vec<PackedMatrix> = WeightFormat::ALL
+                .into_iter()
+                .map(|f| PackedMatrix::pack(&weights, n, k, f).expect("finite weights"))
+                .collect();
             let w_burn =
                 Tensor::<Flex, 2>::from_data(TensorData::new(weights.clone(), [n, k]), &device);
             let mut group = c.benchmark_group(format!("{model}/{proj}_{n}x{k}"));

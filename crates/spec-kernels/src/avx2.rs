@@ -57,6 +57,22 @@ mod imp {
         }
     }
 
+    /// Asks for block `b` of a quantized panel: its quants (`PANEL` units of `Q` a block) and,
+    /// once a cache line, its per-block scales (`PANEL` units of `S` a block; Q8_0's 8 bytes a
+    /// block fill a line every 8 blocks, Q4's 16 bytes every 4).
+    #[inline(always)]
+    fn prefetch_quantized<Q, S>(simd: V3, quants: &[Q], side: &[S], b: usize) {
+        prefetch_lines(
+            simd,
+            quants.as_ptr().wrapping_add(b * PANEL).cast(),
+            PANEL * size_of::<Q>(),
+        );
+        let blocks_a_line = (64 / (PANEL * size_of::<S>())).max(1);
+        if b.is_multiple_of(blocks_a_line) {
+            prefetch_lines(simd, side.as_ptr().wrapping_add(b * PANEL).cast(), 64);
+        }
+    }
+
     /// A row's panel (its blocks interleaved with the panel's other rows) and its place in it.
     #[derive(Clone, Copy)]
     struct F32Row<'a>(&'a [[f32x8; 4]], usize);
@@ -135,19 +151,7 @@ mod imp {
 
         #[inline(always)]
         fn prefetch(self, simd: V3, b: usize) {
-            prefetch_lines(
-                simd,
-                self.quants.as_ptr().wrapping_add(b * PANEL).cast(),
-                Self::PANEL_BLOCK_BYTES,
-            );
-            // A panel's scales: 8 bytes a block, a cache line every 8 blocks.
-            if b.is_multiple_of(8) {
-                prefetch_lines(
-                    simd,
-                    self.scales.as_ptr().wrapping_add(b * PANEL).cast(),
-                    64,
-                );
-            }
+            prefetch_quantized(simd, self.quants, self.scales, b);
         }
     }
 
@@ -187,19 +191,7 @@ mod imp {
 
         #[inline(always)]
         fn prefetch(self, simd: V3, b: usize) {
-            prefetch_lines(
-                simd,
-                self.quants.as_ptr().wrapping_add(b * PANEL).cast(),
-                Self::PANEL_BLOCK_BYTES,
-            );
-            // A panel's parameters: 16 bytes a block, a cache line every 4 blocks.
-            if b.is_multiple_of(4) {
-                prefetch_lines(
-                    simd,
-                    self.params.as_ptr().wrapping_add(b * PANEL).cast(),
-                    64,
-                );
-            }
+            prefetch_quantized(simd, self.quants, self.params, b);
         }
     }
 
@@ -574,32 +566,12 @@ mod imp {
                 Storage::F32(w) => {
                     let w: &[[f32x8; 4]] = cast_slice(w);
                     let row = |r: usize| F32Row(panel(w, r, blocks), r % PANEL);
-                    let x_row = f32_rows(x, blocks);
-                    sweep(
-                        simd,
-                        Widened(PhantomData),
-                        row,
-                        rows,
-                        x_row,
-                        blocks,
-                        m,
-                        outs,
-                    );
+                    widened_sweep(simd, row, rows, x, blocks, m, outs);
                 }
                 Storage::Bf16(w) => {
                     let w: &[[u32x8; 2]] = cast_slice(w);
                     let row = |r: usize| Bf16Row(panel(w, r, blocks), r % PANEL);
-                    let x_row = f32_rows(x, blocks);
-                    sweep(
-                        simd,
-                        Widened(PhantomData),
-                        row,
-                        rows,
-                        x_row,
-                        blocks,
-                        m,
-                        outs,
-                    );
+                    widened_sweep(simd, row, rows, x, blocks, m, outs);
                 }
                 Storage::Q8_0 { quants, scales } => {
                     let quants: &[[u64; 4]] = cast_slice(quants);
@@ -623,10 +595,29 @@ mod imp {
         }
     }
 
-    /// Row `i` of `x` as blocks of four f32 vectors.
+    /// Weights widened to f32 against the f32 rows of `x`.
     #[inline(always)]
-    fn f32_rows<'x>(x: &'x [[f32x8; 4]], blocks: usize) -> impl Fn(usize) -> &'x [[f32x8; 4]] {
-        move |i| &x[i * blocks..(i + 1) * blocks]
+    #[allow(clippy::too_many_arguments)]
+    fn widened_sweep<W: Row>(
+        simd: V3,
+        row: impl Fn(usize) -> W,
+        rows: Range<usize>,
+        x: &[[f32x8; 4]],
+        blocks: usize,
+        m: usize,
+        outs: &mut [&mut [f32]],
+    ) {
+        let x_row = |i: usize| &x[i * blocks..(i + 1) * blocks];
+        sweep(
+            simd,
+            Widened(PhantomData),
+            row,
+            rows,
+            x_row,
+            blocks,
+            m,
+            outs,
+        );
     }
 
     /// Integer weights against the int8 rows of `x` when given, else against `x` widened.
@@ -651,19 +642,7 @@ mod imp {
                 };
                 sweep(simd, Int8(PhantomData), row, rows, x_row, blocks, m, outs);
             }
-            None => {
-                let x_row = f32_rows(x, blocks);
-                sweep(
-                    simd,
-                    Widened(PhantomData),
-                    row,
-                    rows,
-                    x_row,
-                    blocks,
-                    m,
-                    outs,
-                );
-            }
+            None => widened_sweep(simd, row, rows, x, blocks, m, outs),
         }
     }
 

@@ -69,6 +69,16 @@ pub enum WeightFormat {
 }
 
 impl WeightFormat {
+    /// Every format, in declaration order.
+    pub const ALL: [Self; 6] = [
+        Self::F32,
+        Self::Bf16,
+        Self::Q8_0,
+        Self::Q4,
+        Self::Q8_0A8,
+        Self::Q4A8,
+    ];
+
     /// Bytes stored per weight, scales included.
     pub fn bytes_per_weight(self) -> f64 {
         match self {

@@ -11,14 +11,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use spec_kernels::{Exec, Isa, KernelError, PackedMatrix, WeightFormat};
 
-const FORMATS: [WeightFormat; 6] = [
-    WeightFormat::F32,
-    WeightFormat::Bf16,
-    WeightFormat::Q8_0,
-    WeightFormat::Q4,
-    WeightFormat::Q8_0A8,
-    WeightFormat::Q4A8,
-];
+const FORMATS: [WeightFormat; 6] = WeightFormat::ALL;
 
 fn random(len: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
     (0..len).map(|_| rng.random_range(-1.0f32..1.0)).collect()
