@@ -28,6 +28,8 @@ pub enum KernelError {
         expected: usize,
         found: usize,
     },
+    #[error("attention inputs do not match their shape: {0}")]
+    AttentionShape(String),
     #[error("unknown weight format {0:?}; expected f32, bf16, q8_0, q4, q8_0-a8 or q4-a8")]
     UnknownFormat(String),
 }

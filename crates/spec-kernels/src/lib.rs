@@ -1,6 +1,9 @@
 //! CPU kernels for decoding.
 //!
-//! The one kernel so far is a *skinny* matrix product `y[M, n] = x[M, k] · Wᵀ` for the few rows
+//! Besides the product below, [`attention`] and [`swiglu`] run the rest of a decoder layer's
+//! host step with the same AVX2 + FMA dispatch (module `ops`).
+//!
+//! The main kernel is a *skinny* matrix product `y[M, n] = x[M, k] · Wᵀ` for the few rows
 //! (`M ≤ 16`) that a decode step or a speculative verification step feeds through a projection.
 //! `W` is stored `[n, k]` (one row per output), as checkpoints and `spec-runtime` keep it.
 //!
@@ -50,11 +53,13 @@
 mod activations;
 mod avx2;
 mod error;
+mod ops;
 mod pack;
 mod scalar;
 mod team;
 
 pub use error::KernelError;
+pub use ops::{AttentionShape, attention, attention_with, swiglu, swiglu_with};
 pub use pack::{BLOCK, PackedMatrix, WeightFormat};
 
 /// Which instruction set a product runs on.

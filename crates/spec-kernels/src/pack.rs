@@ -380,9 +380,13 @@ impl PackedMatrix {
             .format
             .rounds_activations()
             .then(|| QuantizedRows::new(xs));
-        let rounded = int8.as_ref().map(QuantizedRows::dequantize);
-        let xs = rounded.as_deref().unwrap_or(xs);
         let simd = exec.isa == Isa::Auto && avx2::available();
+        // The SIMD path reads `int8` itself; only the portable loop needs the rounded f32 copy.
+        let rounded = int8
+            .as_ref()
+            .filter(|_| !simd)
+            .map(QuantizedRows::dequantize);
+        let xs = rounded.as_deref().unwrap_or(xs);
         let run = |rows: Range<usize>, outs: &mut [&mut [f32]]| {
             if simd {
                 avx2::run(self, rows, xs, int8.as_ref(), m, outs);

@@ -6,20 +6,16 @@
 //! own allocation and dispatch; at one to sixteen rows that overhead was ~40% of a SmolLM2 step.
 //! Here the same math (RMSNorm, rotary embedding, grouped-query attention over the cache,
 //! SwiGLU) works in place on host vectors, and keys and values go straight into the cache's
-//! host rows. [`crate::model`]'s burn code stays the definition for every other case (prompts,
+//! host rows; attention and SwiGLU are `spec-kernels`' SIMD loops ([`spec_kernels::attention`],
+//! [`spec_kernels::swiglu`]). [`crate::model`]'s burn code stays the definition for every other case (prompts,
 //! other backends, projections without a packed copy), and the tests hold the two paths equal.
 //!
 //! [`SKINNY_MAX_ROWS`]: crate::model::SKINNY_MAX_ROWS
-
-use std::sync::Mutex;
 
 use crate::cache::{HostLayer, KvCache};
 use crate::error::{Result, RuntimeError};
 use crate::model::{Block, PackedBlock, RmsNorm};
 use burn::tensor::backend::Backend;
-
-/// Below this many multiply-adds, attention runs on the calling thread.
-const PARALLEL_ATTENTION_WORK: usize = 1 << 16;
 
 /// What every layer of one host step shares.
 pub(crate) struct HostStep<'a> {
@@ -98,13 +94,13 @@ pub(crate) fn block_forward<B: Backend>(
         }
     }
     *len = total;
-    let attended = attend(
+    let attended = spec_kernels::attention(
         &qkv,
         width,
         keys,
         values,
-        Shape {
-            n,
+        spec_kernels::AttentionShape {
+            rows: n,
             heads: h,
             kv_heads: kv,
             head_dim: d,
@@ -112,22 +108,15 @@ pub(crate) fn block_forward<B: Backend>(
             total,
         },
         step.bias,
-    );
+    )
+    .map_err(|e| RuntimeError::InvalidRequest(format!("attention: {e}")))?;
     let out = packed.o.apply(&attended, n)?;
     add_into(x, &out);
 
     let normed = rms_norm(x, n, &block.post_attention_norm)?;
     let gate_up = packed.gate_up.apply(&normed, n)?;
     let ff = packed.gate_up.matrix.rows() / 2;
-    let mut act = Vec::with_capacity(n * ff);
-    for row in gate_up.chunks_exact(2 * ff) {
-        let (gate, up) = row.split_at(ff);
-        act.extend(
-            gate.iter()
-                .zip(up)
-                .map(|(&g, &u)| g / (1.0 + (-g).exp()) * u),
-        );
-    }
+    let act = spec_kernels::swiglu(&gate_up, ff);
     let out = packed.down.apply(&act, n)?;
     add_into(x, &out);
     Ok(())
@@ -174,86 +163,6 @@ fn rotate(heads: &mut [f32], step: &HostStep<'_>, i: usize, d: usize) {
             *b = w * c + u * s;
         }
     }
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Shape {
-    n: usize,
-    heads: usize,
-    kv_heads: usize,
-    head_dim: usize,
-    capacity: usize,
-    total: usize,
-}
-
-/// Scaled dot-product attention of `q` (row `i`'s heads at `i · q_stride`, `heads · d` values) over the first `total` cached positions
-/// (`keys`, `values` `[kv_heads, capacity, d]`), with `bias` `[n, total]` added to the scores;
-/// returns `[n, heads · d]`.
-fn attend(
-    q: &[f32],
-    q_stride: usize,
-    keys: &[f32],
-    values: &[f32],
-    s: Shape,
-    bias: &[f32],
-) -> Vec<f32> {
-    let d = s.head_dim;
-    let group = s.heads / s.kv_heads;
-    let scale = 1.0 / (d as f32).sqrt();
-    let head = |head: usize| -> Vec<f32> {
-        let kv = head / group;
-        let keys = &keys[kv * s.capacity * d..(kv * s.capacity + s.total) * d];
-        let values = &values[kv * s.capacity * d..(kv * s.capacity + s.total) * d];
-        let mut out = vec![0.0f32; s.n * d];
-        let mut scores = vec![0.0f32; s.total];
-        for (i, out_row) in out.chunks_exact_mut(d).enumerate() {
-            let q_row = &q[i * q_stride + head * d..i * q_stride + (head + 1) * d];
-            let bias_row = &bias[i * s.total..(i + 1) * s.total];
-            let mut max = f32::NEG_INFINITY;
-            for ((score, key), &b) in scores.iter_mut().zip(keys.chunks_exact(d)).zip(bias_row) {
-                *score = dot(q_row, key) * scale + b;
-                max = max.max(*score);
-            }
-            let mut sum = 0.0f32;
-            for score in &mut scores {
-                *score = (*score - max).exp();
-                sum += *score;
-            }
-            let inv = 1.0 / sum;
-            for (&w, value) in scores.iter().zip(values.chunks_exact(d)) {
-                if w != 0.0 {
-                    let w = w * inv;
-                    for (o, &v) in out_row.iter_mut().zip(value) {
-                        *o += w * v;
-                    }
-                }
-            }
-        }
-        out
-    };
-    let per_head: Vec<Vec<f32>> = if s.n * s.total * s.heads * d >= PARALLEL_ATTENTION_WORK {
-        let slots: Vec<Mutex<Vec<f32>>> = (0..s.heads).map(|_| Mutex::default()).collect();
-        spec_kernels::run_parts(s.heads, &|h| {
-            let out = head(h);
-            if let Ok(mut slot) = slots[h].lock() {
-                *slot = out;
-            }
-        });
-        slots
-            .into_iter()
-            .map(|slot| slot.into_inner().unwrap_or_default())
-            .collect()
-    } else {
-        (0..s.heads).map(head).collect()
-    };
-    let mut out = vec![0.0f32; s.n * s.heads * d];
-    for (head, rows) in per_head.iter().enumerate() {
-        for (i, row) in rows.chunks_exact(d).enumerate() {
-            let at = (i * s.heads + head) * d;
-            out[at..at + d].copy_from_slice(row);
-        }
-    }
-    out
 }
 
 fn add_into(x: &mut [f32], y: &[f32]) {

@@ -106,6 +106,49 @@ fn f32_skinny_path_matches_burn() {
     }
 }
 
+/// On the host path a token's logits do not depend on how many tokens share its pass: one pass
+/// of several tokens (a verification) gives the bits of single decode steps, which greedy
+/// speculative decoding needs at near-ties. Heads of 32 so that attention takes its SIMD loops.
+#[test]
+fn a_pass_of_several_tokens_equals_single_steps_bit_for_bit() {
+    let tokens: Vec<u32> = (0..30).map(|i| (i * 5 + 1) % 67).collect();
+    for arch in [Architecture::Llama, Architecture::Qwen2] {
+        let config = ModelConfig {
+            hidden_size: 128,
+            num_heads: 4,
+            num_kv_heads: 2,
+            head_dim: 32,
+            ..config(arch)
+        };
+        for format in [WeightFormat::F32, WeightFormat::Q8_0A8] {
+            let mut source = RandomSource::new(config.clone(), 9);
+            let model = Transformer::<Flex>::load_with(
+                &config,
+                &mut source,
+                &Default::default(),
+                LoadOptions {
+                    skinny_format: Some(format),
+                },
+            )
+            .unwrap();
+            let single: Vec<u32> = logits(&model, &tokens, 1)
+                .iter()
+                .map(|v| v.to_bits())
+                .collect();
+            for chunk in [2, 5, SKINNY_MAX_ROWS] {
+                let batched: Vec<u32> = logits(&model, &tokens, chunk)
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect();
+                assert!(
+                    batched == single,
+                    "{arch:?} {format}: passes of {chunk} differ from single steps"
+                );
+            }
+        }
+    }
+}
+
 /// A prompt of 40 tokens (logits of the last only) and then a 3-token step: the prompt runs in
 /// passes of 16 on the host path in the packed model, in one pass through burn in the other.
 fn prompt_then_step(model: &Transformer<Flex>) -> (Vec<f32>, Vec<f32>, Vec<f32>) {

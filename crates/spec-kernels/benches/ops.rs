@@ -1,0 +1,89 @@
+//! The rest of a decode step's layer: attention over a KV cache and SwiGLU, SIMD against the
+//! portable loops, at the reference models' head shapes.
+//!
+//! `cargo bench -p spec-kernels --bench ops` (name filter as usual, e.g. `-- attention/smollm2`).
+//! Caches and inputs stay in the CPU caches between iterations, so these are compute figures;
+//! in a real step each layer's keys and values come from memory.
+
+// A failure in a measurement helper is a failure of the run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use spec_kernels::{AttentionShape, Isa, attention_with, swiglu_with};
+
+/// `(model, heads, kv heads, head dim, intermediate size)`.
+const MODELS: [(&str, usize, usize, usize, usize); 2] = [
+    ("smollm2-135m", 9, 3, 64, 1536),
+    ("qwen2.5-coder-1.5b", 12, 2, 128, 8960),
+];
+
+fn random(n: usize, seed: u64) -> Vec<f32> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect()
+}
+
+fn isa_name(isa: Isa) -> &'static str {
+    match isa {
+        Isa::Auto => "simd",
+        Isa::Scalar => "portable",
+    }
+}
+
+fn ops(c: &mut Criterion) {
+    let mut group = c.benchmark_group("attention");
+    for (model, heads, kv_heads, d, _) in MODELS {
+        // A decode step and a K = 4 verification, after 128 and 512 cached tokens.
+        for (rows, cached) in [(1, 128), (5, 128), (1, 512)] {
+            let total = cached + rows;
+            let shape = AttentionShape {
+                rows,
+                heads,
+                kv_heads,
+                head_dim: d,
+                capacity: total,
+                total,
+            };
+            let q = random(rows * heads * d, 1);
+            let keys = random(kv_heads * total * d, 2);
+            let values = random(kv_heads * total * d, 3);
+            let mut bias = vec![0.0f32; rows * total];
+            for i in 0..rows {
+                bias[i * total + cached + i + 1..(i + 1) * total].fill(f32::NEG_INFINITY);
+            }
+            for isa in [Isa::Auto, Isa::Scalar] {
+                let id = format!("{model}/{}/rows{rows}-cached{cached}", isa_name(isa));
+                group.bench_function(BenchmarkId::from_parameter(id), |b| {
+                    b.iter(|| {
+                        attention_with(&q, heads * d, &keys, &values, shape, &bias, isa).unwrap()
+                    })
+                });
+            }
+        }
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group("swiglu");
+    for (model, _, _, _, ff) in MODELS {
+        let gate_up = random(2 * ff, 4);
+        for isa in [Isa::Auto, Isa::Scalar] {
+            let id = format!("{model}/{}", isa_name(isa));
+            group.bench_function(BenchmarkId::from_parameter(id), |b| {
+                b.iter(|| swiglu_with(&gate_up, ff, isa))
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    targets = ops
+}
+criterion_main!(benches);

@@ -1,0 +1,823 @@
+//! The rest of a decoder layer's host step besides the products: attention over a KV cache and
+//! SwiGLU, with AVX2 + FMA (detected at run time, as for the products) or portable loops.
+//!
+//! A decode step spends most of its time outside the products here: SmolLM2's attention over
+//! ~130 cached positions took 34 µs a layer and its SwiGLU 8 µs (one libm `expf` call per
+//! value) against 23 µs for its output projection (docs/benchmarks.md).
+//!
+//! What a row computes does not depend on the other rows of the step or on masked positions:
+//! scores are independent dot products, a masked score (−∞) weighs exactly 0 and is skipped,
+//! and the softmax denominator is summed in position order. So on one machine a verification
+//! row, a tree path and a single decode step give the same bits, which greedy speculative
+//! decoding relies on at near-ties.
+
+use std::ops::Range;
+use std::sync::Mutex;
+
+use crate::{Isa, KernelError};
+
+/// Below this many multiply-adds, attention runs on the calling thread.
+const PARALLEL_ATTENTION_WORK: usize = 1 << 16;
+
+/// The shapes of one [`attention`] call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttentionShape {
+    /// New tokens: rows of `q` and of the output.
+    pub rows: usize,
+    /// Query heads; a multiple of `kv_heads` (grouped-query attention).
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    /// Positions each kv head has room for in `keys` and `values`.
+    pub capacity: usize,
+    /// Positions attended: the cached ones and the new rows' own.
+    pub total: usize,
+}
+
+/// Scaled dot-product attention, `softmax(q kᵀ / √d + bias) v` per head.
+///
+/// - `q`: row `i`'s heads start at `i · q_stride` (`heads · head_dim` values, head-major);
+/// - `keys`, `values`: `[kv_heads, capacity, head_dim]`, the first `total` positions filled;
+/// - `bias`: `[rows, total]`, added to the scores: 0 where a row may attend, −∞ elsewhere.
+///
+/// Returns `[rows, heads · head_dim]`.
+pub fn attention(
+    q: &[f32],
+    q_stride: usize,
+    keys: &[f32],
+    values: &[f32],
+    shape: AttentionShape,
+    bias: &[f32],
+) -> Result<Vec<f32>, KernelError> {
+    attention_with(q, q_stride, keys, values, shape, bias, Isa::Auto)
+}
+
+/// [`attention`] on the instruction set `isa`.
+pub fn attention_with(
+    q: &[f32],
+    q_stride: usize,
+    keys: &[f32],
+    values: &[f32],
+    s: AttentionShape,
+    bias: &[f32],
+    isa: Isa,
+) -> Result<Vec<f32>, KernelError> {
+    let d = s.head_dim;
+    let bad = |what: &str| Err(KernelError::AttentionShape(format!("{what} for {s:?}")));
+    if s.kv_heads == 0 || !s.heads.is_multiple_of(s.kv_heads) {
+        return bad("heads not a multiple of kv heads");
+    }
+    if s.total > s.capacity {
+        return bad("more positions than the cache holds");
+    }
+    if s.rows > 0 && (q_stride < s.heads * d || q.len() < (s.rows - 1) * q_stride + s.heads * d) {
+        return bad(&format!(
+            "{} query values at a stride of {q_stride}",
+            q.len()
+        ));
+    }
+    let cache_len = s.kv_heads * s.capacity * d;
+    if keys.len() != cache_len || values.len() != cache_len {
+        return bad(&format!("{} keys and {} values", keys.len(), values.len()));
+    }
+    if bias.len() != s.rows * s.total {
+        return bad(&format!("a bias of {} entries", bias.len()));
+    }
+    if s.rows == 0 || d == 0 || s.heads == 0 {
+        return Ok(vec![0.0; s.rows * s.heads * d]);
+    }
+    let inputs = Inputs {
+        q,
+        q_stride,
+        keys,
+        values,
+        s,
+        bias,
+    };
+    let simd = isa == Isa::Auto && crate::avx2::available();
+    // Query heads that share a kv head run in one part, which keeps that head's keys and values
+    // in cache; groups are split so that two threads get at least four parts.
+    let group = s.heads / s.kv_heads;
+    let splits = 4usize.div_ceil(s.kv_heads).min(group);
+    let per_part = group.div_ceil(splits);
+    let parts: Vec<Range<usize>> = (0..s.kv_heads)
+        .flat_map(|kv| {
+            (kv * group..(kv + 1) * group)
+                .step_by(per_part)
+                .map(move |h| h..(h + per_part).min((kv + 1) * group))
+        })
+        .collect();
+    let part = |heads: Range<usize>| -> Vec<f32> {
+        let mut out = vec![0.0f32; heads.len() * s.rows * d];
+        if simd {
+            simd_imp::attend_heads_simd(&inputs, heads, &mut out);
+        } else {
+            attend_heads(Portable, &inputs, heads, &mut out);
+        }
+        out
+    };
+    let per_part: Vec<Vec<f32>> = if s.rows * s.total * s.heads * d >= PARALLEL_ATTENTION_WORK {
+        let slots: Vec<Mutex<Vec<f32>>> = parts.iter().map(|_| Mutex::default()).collect();
+        crate::run_parts(parts.len(), &|p| {
+            let out = part(parts[p].clone());
+            if let Ok(mut slot) = slots[p].lock() {
+                *slot = out;
+            }
+        });
+        slots
+            .into_iter()
+            .map(|slot| slot.into_inner().unwrap_or_default())
+            .collect()
+    } else {
+        parts.iter().cloned().map(part).collect()
+    };
+    // Each part is [heads, rows, d]; the output [rows, heads · d].
+    let mut out = vec![0.0f32; s.rows * s.heads * d];
+    for (heads, values) in parts.iter().zip(&per_part) {
+        for (k, head_rows) in values.chunks_exact(s.rows * d).enumerate() {
+            for (i, row) in head_rows.chunks_exact(d).enumerate() {
+                let at = (i * s.heads + heads.start + k) * d;
+                out[at..at + d].copy_from_slice(row);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// SwiGLU of rows laid out `[gate (ff) | up (ff)]`: `silu(gate) · up`, `[rows, ff]`.
+pub fn swiglu(gate_up: &[f32], ff: usize) -> Vec<f32> {
+    swiglu_with(gate_up, ff, Isa::Auto)
+}
+
+/// [`swiglu`] on the instruction set `isa`.
+pub fn swiglu_with(gate_up: &[f32], ff: usize, isa: Isa) -> Vec<f32> {
+    let rows = if ff == 0 { 0 } else { gate_up.len() / (2 * ff) };
+    let mut out = vec![0.0f32; rows * ff];
+    if rows == 0 {
+        return out;
+    }
+    let pairs = gate_up
+        .chunks_exact(2 * ff)
+        .zip(out.chunks_exact_mut(ff))
+        .map(|(row, out)| {
+            let (gate, up) = row.split_at(ff);
+            (gate, up, out)
+        });
+    if isa == Isa::Auto && crate::avx2::available() {
+        for (gate, up, out) in pairs {
+            simd_imp::silu_mul_simd(gate, up, out);
+        }
+    } else {
+        for (gate, up, out) in pairs {
+            Portable.silu_mul(gate, up, out);
+        }
+    }
+    out
+}
+
+/// What every head of one attention call reads.
+struct Inputs<'a> {
+    q: &'a [f32],
+    q_stride: usize,
+    keys: &'a [f32],
+    values: &'a [f32],
+    s: AttentionShape,
+    bias: &'a [f32],
+}
+
+/// The vector operations attention is made of, per instruction set.
+trait Lanes: Copy {
+    /// `out[j] = q · keys[j]` for the `out.len()` keys of `keys` (`[_, d]`).
+    fn scores(self, q: &[f32], keys: &[f32], d: usize, out: &mut [f32]);
+    /// `xs[j] = e^(xs[j] − shift)`.
+    fn exp_shifted(self, xs: &mut [f32], shift: f32);
+    /// `out += Σ_j weights[j] · values[j]` in position order, skipping zero weights (masked
+    /// positions), over the `weights.len()` rows of `values` (`[_, d]`).
+    fn weighted_sum(self, weights: &[f32], values: &[f32], d: usize, out: &mut [f32]);
+    /// `out = silu(gate) · up`.
+    fn silu_mul(self, gate: &[f32], up: &[f32], out: &mut [f32]);
+}
+
+/// Query heads `heads` (sharing one kv head) of every row into `out` `[heads, rows, head_dim]`
+/// (zeroed); the kv head's keys and values stay in cache from one (head, row) pair to the next.
+#[inline(always)]
+fn attend_heads<L: Lanes>(lanes: L, x: &Inputs<'_>, heads: Range<usize>, out: &mut [f32]) {
+    let s = x.s;
+    let (d, n, total) = (s.head_dim, s.rows, s.total);
+    let kv = heads.start / (s.heads / s.kv_heads);
+    let keys = &x.keys[kv * s.capacity * d..(kv * s.capacity + total) * d];
+    let values = &x.values[kv * s.capacity * d..(kv * s.capacity + total) * d];
+    let scale = 1.0 / (d as f32).sqrt();
+    let mut scores = vec![0.0f32; total];
+    // Pair (head k, row i) writes `out`'s row k · n + i.
+    for (p, out_row) in out.chunks_exact_mut(d).enumerate() {
+        let (k, i) = (p / n, p % n);
+        let at = i * x.q_stride + (heads.start + k) * d;
+        lanes.scores(&x.q[at..at + d], keys, d, &mut scores);
+        let bias = &x.bias[i * total..(i + 1) * total];
+        let mut max = f32::NEG_INFINITY;
+        for (score, &b) in scores.iter_mut().zip(bias) {
+            *score = *score * scale + b;
+            max = max.max(*score);
+        }
+        lanes.exp_shifted(&mut scores, max);
+        // In position order, so that masked positions (exact zeros) change nothing.
+        let sum: f32 = scores.iter().sum();
+        let inv = 1.0 / sum;
+        for w in &mut scores {
+            *w *= inv;
+        }
+        lanes.weighted_sum(&scores, values, d, out_row);
+    }
+}
+
+/// Plain loops, for any CPU.
+#[derive(Clone, Copy)]
+struct Portable;
+
+impl Lanes for Portable {
+    fn scores(self, q: &[f32], keys: &[f32], d: usize, out: &mut [f32]) {
+        for (score, key) in out.iter_mut().zip(keys.chunks_exact(d)) {
+            *score = self.dot(q, key);
+        }
+    }
+
+    fn exp_shifted(self, xs: &mut [f32], shift: f32) {
+        for x in xs {
+            *x = (*x - shift).exp();
+        }
+    }
+
+    fn weighted_sum(self, weights: &[f32], values: &[f32], d: usize, out: &mut [f32]) {
+        for (&w, value) in weights.iter().zip(values.chunks_exact(d)) {
+            if w != 0.0 {
+                for (o, &v) in out.iter_mut().zip(value) {
+                    *o += w * v;
+                }
+            }
+        }
+    }
+
+    fn silu_mul(self, gate: &[f32], up: &[f32], out: &mut [f32]) {
+        for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+            *o = g / (1.0 + (-g).exp()) * u;
+        }
+    }
+}
+
+impl Portable {
+    fn dot(self, a: &[f32], b: &[f32]) -> f32 {
+        let mut lanes = [0.0f32; 8];
+        let whole = a.len().min(b.len()) / 8 * 8;
+        for (x, y) in a[..whole].chunks_exact(8).zip(b[..whole].chunks_exact(8)) {
+            for l in 0..8 {
+                lanes[l] += x[l] * y[l];
+            }
+        }
+        let tail: f32 = a[whole..].iter().zip(&b[whole..]).map(|(x, y)| x * y).sum();
+        lanes.iter().sum::<f32>() + tail
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod simd_imp {
+    use pulp::bytemuck::{cast_slice, cast_slice_mut};
+    use pulp::x86::V3;
+    use pulp::{NullaryFnOnce, cast, f32x8, i32x8};
+
+    use std::ops::Range;
+
+    use super::{Inputs, Lanes, Portable, attend_heads};
+
+    /// `ln 2` split so that `n · LN2_HI` is exact for the `n` [`exp`] meets.
+    const LN2_HI: f32 = 0.693_145_75;
+    const LN2_LO: f32 = 1.428_606_8e-6;
+    /// Below this `e^x` is 0 in f32 (`e^−103.97` is half the smallest subnormal).
+    const EXP_ZERO_BELOW: f32 = -104.0;
+    /// Above this `e^x` overflows to +∞ (`ln f32::MAX` is 88.72).
+    const EXP_CLAMP_ABOVE: f32 = 89.0;
+
+    /// `e^x` lane by lane within 2 ulp: `x = n ln 2 + r` with `|r| ≤ ln 2 / 2`, `e^r` by its
+    /// Taylor polynomial to degree 7 (truncation error `r⁸/8! < 6e-9`), times `2^n` applied as
+    /// two factors so that subnormal and overflowing results come out as IEEE rounding gives
+    /// them. −∞ gives 0, +∞ gives +∞, NaN stays NaN.
+    #[inline(always)]
+    pub(super) fn exp(simd: V3, x: f32x8) -> f32x8 {
+        let lo = simd.splat_f32x8(EXP_ZERO_BELOW);
+        let clamped = simd.min_f32x8(simd.max_f32x8(x, lo), simd.splat_f32x8(EXP_CLAMP_ABOVE));
+        let n =
+            simd.round_f32x8(simd.mul_f32x8(clamped, simd.splat_f32x8(std::f32::consts::LOG2_E)));
+        let r = simd.negate_mul_add_f32x8(n, simd.splat_f32x8(LN2_HI), clamped);
+        let r = simd.negate_mul_add_f32x8(n, simd.splat_f32x8(LN2_LO), r);
+        let mut p = simd.splat_f32x8(1.0 / 5040.0);
+        for c in [
+            1.0 / 720.0,
+            1.0 / 120.0,
+            1.0 / 24.0,
+            1.0 / 6.0,
+            0.5,
+            1.0,
+            1.0,
+        ] {
+            p = simd.mul_add_f32x8(p, r, simd.splat_f32x8(c));
+        }
+        let n: i32x8 = simd.convert_f32x8_to_i32x8(n);
+        let half: i32x8 = cast(simd.avx2._mm256_srai_epi32::<1>(cast(n)));
+        let rest: i32x8 = cast(simd.avx2._mm256_sub_epi32(cast(n), cast(half)));
+        let y = simd.mul_f32x8(simd.mul_f32x8(p, two_to(simd, half)), two_to(simd, rest));
+        let y = simd.select_f32x8(simd.cmp_lt_f32x8(x, lo), simd.splat_f32x8(0.0), y);
+        simd.select_f32x8(simd.is_nan_f32x8(x), x, y)
+    }
+
+    /// `2^e` lane by lane for `−126 ≤ e ≤ 127`. (No closures in this module: a closure does
+    /// not inherit the target features `vectorize` enables, and its intrinsics become calls.)
+    #[inline(always)]
+    fn two_to(simd: V3, e: i32x8) -> f32x8 {
+        let biased = simd
+            .avx2
+            ._mm256_add_epi32(cast(e), cast(simd.splat_i32x8(127)));
+        cast(simd.avx2._mm256_slli_epi32::<23>(biased))
+    }
+
+    /// `q · k_l` for the 8 keys `k` (`[8, q.len()]` vectors), lane `l`. Each key's 8 lane sums
+    /// are reduced in the same order ((0+1)+(2+3)) + ((4+5)+(6+7)), whichever lane it takes.
+    #[inline(always)]
+    fn dot8(simd: V3, q: &[f32x8], k: &[f32x8]) -> f32x8 {
+        let nv = q.len();
+        // Eight independent multiply-add chains in registers; slices of length `nv` so that
+        // indexing by `c < nv` needs no bounds checks.
+        let key = |l: usize| &k[l * nv..(l + 1) * nv];
+        let (k0, k1, k2, k3) = (key(0), key(1), key(2), key(3));
+        let (k4, k5, k6, k7) = (key(4), key(5), key(6), key(7));
+        let mut acc = [simd.splat_f32x8(0.0); 8];
+        for (c, &qc) in q.iter().enumerate() {
+            acc[0] = simd.mul_add_f32x8(qc, k0[c], acc[0]);
+            acc[1] = simd.mul_add_f32x8(qc, k1[c], acc[1]);
+            acc[2] = simd.mul_add_f32x8(qc, k2[c], acc[2]);
+            acc[3] = simd.mul_add_f32x8(qc, k3[c], acc[3]);
+            acc[4] = simd.mul_add_f32x8(qc, k4[c], acc[4]);
+            acc[5] = simd.mul_add_f32x8(qc, k5[c], acc[5]);
+            acc[6] = simd.mul_add_f32x8(qc, k6[c], acc[6]);
+            acc[7] = simd.mul_add_f32x8(qc, k7[c], acc[7]);
+        }
+        let pairs = [
+            hadd(simd, acc[0], acc[1]),
+            hadd(simd, acc[2], acc[3]),
+            hadd(simd, acc[4], acc[5]),
+            hadd(simd, acc[6], acc[7]),
+        ];
+        let (low, high) = (
+            hadd(simd, pairs[0], pairs[1]),
+            hadd(simd, pairs[2], pairs[3]),
+        );
+        let lower = simd
+            .avx
+            ._mm256_permute2f128_ps::<0x20>(cast(low), cast(high));
+        let upper = simd
+            .avx
+            ._mm256_permute2f128_ps::<0x31>(cast(low), cast(high));
+        simd.add_f32x8(cast(lower), cast(upper))
+    }
+
+    /// Sums of neighbouring lanes: `[a0+a1, a2+a3, b0+b1, b2+b3]` in each 128-bit half.
+    #[inline(always)]
+    fn hadd(simd: V3, a: f32x8, b: f32x8) -> f32x8 {
+        cast(simd.avx._mm256_hadd_ps(cast(a), cast(b)))
+    }
+
+    impl Lanes for V3 {
+        #[inline(always)]
+        fn scores(self, q: &[f32], keys: &[f32], d: usize, out: &mut [f32]) {
+            if !d.is_multiple_of(8) || d == 0 {
+                return Portable.scores(q, keys, d, out);
+            }
+            let q: &[f32x8] = cast_slice(q);
+            let total = out.len();
+            let whole = total / 8 * 8;
+            for (block, out) in keys[..whole * d]
+                .chunks_exact(8 * d)
+                .zip(out[..whole].chunks_exact_mut(8))
+            {
+                let s: [f32; 8] = cast(dot8(self, q, cast_slice(block)));
+                out.copy_from_slice(&s);
+            }
+            if whole < total {
+                // The last keys with zero keys after them, through the same reduction.
+                let mut block = vec![0.0f32; 8 * d];
+                block[..(total - whole) * d].copy_from_slice(&keys[whole * d..total * d]);
+                let s: [f32; 8] = cast(dot8(self, q, cast_slice(&block)));
+                out[whole..].copy_from_slice(&s[..total - whole]);
+            }
+        }
+
+        #[inline(always)]
+        fn exp_shifted(self, xs: &mut [f32], shift: f32) {
+            let shift = self.splat_f32x8(shift);
+            let whole = xs.len() / 8 * 8;
+            let (head, tail) = xs.split_at_mut(whole);
+            for v in cast_slice_mut::<f32, f32x8>(head) {
+                *v = exp(self, self.sub_f32x8(*v, shift));
+            }
+            if !tail.is_empty() {
+                let mut buf = [0.0f32; 8];
+                buf[..tail.len()].copy_from_slice(tail);
+                let y: [f32; 8] = cast(exp(self, self.sub_f32x8(cast(buf), shift)));
+                tail.copy_from_slice(&y[..tail.len()]);
+            }
+        }
+
+        #[inline(always)]
+        fn weighted_sum(self, weights: &[f32], values: &[f32], d: usize, out: &mut [f32]) {
+            if !d.is_multiple_of(8) || d == 0 {
+                return Portable.weighted_sum(weights, values, d, out);
+            }
+            let nv = d / 8;
+            let values: &[f32x8] = cast_slice(values);
+            let out: &mut [f32x8] = cast_slice_mut(out);
+            // Eight vectors of the output at a time stay in registers over all positions; the
+            // same multiply-adds in the same order as one vector at a time.
+            let mut start = 0;
+            while start < nv {
+                let width = (nv - start).min(8);
+                let mut acc = [self.splat_f32x8(0.0); 8];
+                acc[..width].copy_from_slice(&out[start..start + width]);
+                for (&w, value) in weights.iter().zip(values.chunks_exact(nv)) {
+                    if w != 0.0 {
+                        let w = self.splat_f32x8(w);
+                        if width == 8 {
+                            for (acc, &v) in acc.iter_mut().zip(&value[start..start + 8]) {
+                                *acc = self.mul_add_f32x8(w, v, *acc);
+                            }
+                        } else {
+                            for (acc, &v) in acc.iter_mut().zip(&value[start..start + width]) {
+                                *acc = self.mul_add_f32x8(w, v, *acc);
+                            }
+                        }
+                    }
+                }
+                out[start..start + width].copy_from_slice(&acc[..width]);
+                start += width;
+            }
+        }
+
+        #[inline(always)]
+        fn silu_mul(self, gate: &[f32], up: &[f32], out: &mut [f32]) {
+            let whole = out.len().min(gate.len()).min(up.len()) / 8 * 8;
+            let one = self.splat_f32x8(1.0);
+            let gates: &[f32x8] = cast_slice(&gate[..whole]);
+            let ups: &[f32x8] = cast_slice(&up[..whole]);
+            let (outs, out_tail) = out.split_at_mut(whole);
+            for ((o, &g), &u) in cast_slice_mut::<f32, f32x8>(outs)
+                .iter_mut()
+                .zip(gates)
+                .zip(ups)
+            {
+                let e = exp(self, self.sub_f32x8(self.splat_f32x8(0.0), g));
+                *o = self.div_f32x8(self.mul_f32x8(g, u), self.add_f32x8(one, e));
+            }
+            for ((o, &g), &u) in out_tail.iter_mut().zip(&gate[whole..]).zip(&up[whole..]) {
+                let e: [f32; 8] = cast(exp(self, self.splat_f32x8(-g)));
+                *o = g * u / (1.0 + e[0]);
+            }
+        }
+    }
+
+    struct HeadJob<'a, 'b> {
+        simd: V3,
+        inputs: &'a Inputs<'a>,
+        heads: Range<usize>,
+        out: &'b mut [f32],
+    }
+
+    impl NullaryFnOnce for HeadJob<'_, '_> {
+        type Output = ();
+
+        #[inline(always)]
+        fn call(self) {
+            attend_heads(self.simd, self.inputs, self.heads, self.out);
+        }
+    }
+
+    struct SiluJob<'a> {
+        simd: V3,
+        gate: &'a [f32],
+        up: &'a [f32],
+        out: &'a mut [f32],
+    }
+
+    impl NullaryFnOnce for SiluJob<'_> {
+        type Output = ();
+
+        #[inline(always)]
+        fn call(self) {
+            self.simd.silu_mul(self.gate, self.up, self.out);
+        }
+    }
+
+    /// [`attend_heads`] with AVX2 + FMA (the caller checked that the CPU has them).
+    pub(super) fn attend_heads_simd(inputs: &Inputs<'_>, heads: Range<usize>, out: &mut [f32]) {
+        match V3::try_new() {
+            Some(simd) => simd.vectorize(HeadJob {
+                simd,
+                inputs,
+                heads,
+                out,
+            }),
+            None => attend_heads(Portable, inputs, heads, out),
+        }
+    }
+
+    pub(super) fn silu_mul_simd(gate: &[f32], up: &[f32], out: &mut [f32]) {
+        match V3::try_new() {
+            Some(simd) => simd.vectorize(SiluJob {
+                simd,
+                gate,
+                up,
+                out,
+            }),
+            None => Portable.silu_mul(gate, up, out),
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+mod simd_imp {
+    use super::{Inputs, Lanes, Portable};
+
+    pub(super) fn attend_heads_simd(
+        inputs: &Inputs<'_>,
+        heads: std::ops::Range<usize>,
+        out: &mut [f32],
+    ) {
+        super::attend_heads(Portable, inputs, heads, out);
+    }
+
+    pub(super) fn silu_mul_simd(gate: &[f32], up: &[f32], out: &mut [f32]) {
+        Portable.silu_mul(gate, up, out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    const ISAS: [Isa; 2] = [Isa::Auto, Isa::Scalar];
+
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect()
+    }
+
+    /// Attention in f64, row by row and head by head, skipping masked positions.
+    #[allow(clippy::too_many_arguments)]
+    fn reference(
+        q: &[f32],
+        q_stride: usize,
+        keys: &[f32],
+        values: &[f32],
+        s: AttentionShape,
+        bias: &[f32],
+    ) -> Vec<f64> {
+        let d = s.head_dim;
+        let mut out = vec![0.0f64; s.rows * s.heads * d];
+        for i in 0..s.rows {
+            for h in 0..s.heads {
+                let kv = h / (s.heads / s.kv_heads);
+                let q_row = &q[i * q_stride + h * d..i * q_stride + (h + 1) * d];
+                let scores: Vec<f64> = (0..s.total)
+                    .map(|j| {
+                        let key = &keys[(kv * s.capacity + j) * d..(kv * s.capacity + j + 1) * d];
+                        let dot: f64 = q_row
+                            .iter()
+                            .zip(key)
+                            .map(|(&a, &b)| a as f64 * b as f64)
+                            .sum();
+                        dot / (d as f64).sqrt() + bias[i * s.total + j] as f64
+                    })
+                    .collect();
+                let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let weights: Vec<f64> = scores.iter().map(|&v| (v - max).exp()).collect();
+                let sum: f64 = weights.iter().sum();
+                for (j, w) in weights.iter().enumerate() {
+                    let value = &values[(kv * s.capacity + j) * d..(kv * s.capacity + j + 1) * d];
+                    for e in 0..d {
+                        out[(i * s.heads + h) * d + e] += w / sum * value[e] as f64;
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// A causal bias for `rows` new tokens after `total - rows` cached ones, with every third
+    /// cached position also masked (as a tree's other branches are).
+    fn bias(rows: usize, total: usize) -> Vec<f32> {
+        let cached = total - rows;
+        let mut b = vec![0.0f32; rows * total];
+        for i in 0..rows {
+            for j in 0..total {
+                if j > cached + i || (j < cached && j % 3 == 2) {
+                    b[i * total + j] = f32::NEG_INFINITY;
+                }
+            }
+        }
+        b
+    }
+
+    #[test]
+    fn attention_matches_the_f64_reference() {
+        // (heads, kv heads, head dim): SmolLM2's, Qwen's, a dim off the vector width.
+        for (heads, kv_heads, d) in [(9, 3, 64), (12, 2, 128), (4, 4, 8), (2, 1, 12)] {
+            for (rows, total) in [(1, 1), (1, 37), (3, 40), (5, 133), (16, 300)] {
+                let capacity = total + 3;
+                let s = AttentionShape {
+                    rows,
+                    heads,
+                    kv_heads,
+                    head_dim: d,
+                    capacity,
+                    total,
+                };
+                let q_stride = (heads + 2 * kv_heads) * d;
+                let q = values(rows * q_stride, 1);
+                let keys = values(kv_heads * capacity * d, 2);
+                let vals = values(kv_heads * capacity * d, 3);
+                let b = bias(rows, total);
+                let want = reference(&q, q_stride, &keys, &vals, s, &b);
+                for isa in ISAS {
+                    let got = attention_with(&q, q_stride, &keys, &vals, s, &b, isa).unwrap();
+                    let err = got
+                        .iter()
+                        .zip(&want)
+                        .map(|(&g, &w)| (g as f64 - w).abs())
+                        .fold(0.0, f64::max);
+                    assert!(err < 1e-5, "{isa:?} {s:?}: max error {err}");
+                }
+            }
+        }
+    }
+
+    /// A row's output, bit for bit, does not depend on the rows beside it or on masked
+    /// positions anywhere among the keys (a tree's other branches): what greedy speculative
+    /// decoding needs so that a verification agrees with single decode steps.
+    #[test]
+    fn a_row_ignores_other_rows_and_masked_positions() {
+        let (heads, kv_heads, d) = (6, 2, 64);
+        let width = heads * d;
+        let cached = 45;
+        for isa in ISAS {
+            // One row alone over `cached + 1` positions.
+            let keys = values(kv_heads * 64 * d, 4);
+            let vals = values(kv_heads * 64 * d, 5);
+            let q = values(width, 6);
+            let alone = AttentionShape {
+                rows: 1,
+                heads,
+                kv_heads,
+                head_dim: d,
+                capacity: 64,
+                total: cached + 1,
+            };
+            let want = attention_with(&q, width, &keys, &vals, alone, &vec![0.0; cached + 1], isa)
+                .unwrap();
+
+            // The same row second of three, with three masked positions put in among the
+            // cached ones and the other rows' positions after its own.
+            let inserted = [0usize, 17, 30];
+            let total = cached + 3 + 3;
+            let capacity = total;
+            let mut keys2 = vec![0.0f32; kv_heads * capacity * d];
+            let mut vals2 = keys2.clone();
+            let mut bias2 = vec![0.0f32; 3 * total];
+            let mut src = 0;
+            for j in 0..total {
+                let masked_for_row = inserted.contains(&j) || j == cached + 3 || j == cached + 5;
+                if !inserted.contains(&j) && j != cached + 3 && j != cached + 5 {
+                    for kv in 0..kv_heads {
+                        let (to, from) = ((kv * capacity + j) * d, (kv * 64 + src) * d);
+                        keys2[to..to + d].copy_from_slice(&keys[from..from + d]);
+                        vals2[to..to + d].copy_from_slice(&vals[from..from + d]);
+                    }
+                    src += 1;
+                } else {
+                    // Whatever sits at a masked position must not matter.
+                    for kv in 0..kv_heads {
+                        let to = (kv * capacity + j) * d;
+                        keys2[to..to + d].fill(1e3);
+                        vals2[to..to + d].fill(f32::NAN);
+                    }
+                }
+                if masked_for_row {
+                    bias2[total + j] = f32::NEG_INFINITY;
+                }
+            }
+            assert_eq!(src, cached + 1);
+            let mut q3 = values(3 * width, 7);
+            q3[width..2 * width].copy_from_slice(&q);
+            let three = AttentionShape {
+                rows: 3,
+                capacity,
+                total,
+                ..alone
+            };
+            let got = attention_with(&q3, width, &keys2, &vals2, three, &bias2, isa).unwrap();
+            let got: Vec<u32> = got[width..2 * width].iter().map(|v| v.to_bits()).collect();
+            let want: Vec<u32> = want.iter().map(|v| v.to_bits()).collect();
+            assert_eq!(got, want, "{isa:?}");
+        }
+    }
+
+    #[test]
+    fn attention_rejects_inputs_that_do_not_fit_the_shape() {
+        let s = AttentionShape {
+            rows: 2,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 8,
+            capacity: 10,
+            total: 6,
+        };
+        let (q, kv, b) = (vec![0.0; 64], vec![0.0; 160], vec![0.0; 12]);
+        assert!(attention(&q, 32, &kv, &kv, s, &b).is_ok());
+        assert!(attention(&q[..40], 32, &kv, &kv, s, &b).is_err());
+        assert!(attention(&q, 32, &kv[..159], &kv, s, &b).is_err());
+        assert!(attention(&q, 32, &kv, &kv, s, &b[..11]).is_err());
+        assert!(attention(&q, 32, &kv, &kv, AttentionShape { heads: 3, ..s }, &b).is_err());
+        assert!(attention(&q, 32, &kv, &kv, AttentionShape { total: 11, ..s }, &b).is_err());
+    }
+
+    #[test]
+    fn swiglu_matches_the_f64_reference() {
+        let ff = 77;
+        let mut gate_up = values(3 * 2 * ff, 8);
+        for v in &mut gate_up {
+            *v *= 12.0;
+        }
+        // Saturated and overflowing gates, and a NaN.
+        gate_up[0] = -100.0;
+        gate_up[1] = 100.0;
+        gate_up[2] = -90.0;
+        gate_up[5] = f32::NAN;
+        for isa in ISAS {
+            let got = swiglu_with(&gate_up, ff, isa);
+            assert_eq!(got.len(), 3 * ff);
+            for (r, row) in gate_up.chunks_exact(2 * ff).enumerate() {
+                for c in 0..ff {
+                    let (g, u) = (row[c] as f64, row[ff + c] as f64);
+                    let want = g / (1.0 + (-g).exp()) * u;
+                    let got = got[r * ff + c] as f64;
+                    if want.is_nan() {
+                        assert!(got.is_nan(), "{isa:?} [{r}, {c}]: {got}");
+                    } else {
+                        assert!(
+                            (got - want).abs() <= 1e-6 * (1.0 + want.abs()),
+                            "{isa:?} [{r}, {c}]: {got} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn simd_exp_is_within_two_ulp() {
+        let Some(simd) = pulp::x86::V3::try_new() else {
+            return;
+        };
+        let ulps = |a: f32, b: f32| (a.to_bits() as i64 - b.to_bits() as i64).abs();
+        let mut xs: Vec<f32> = (0..200_000).map(|i| -110.0 + i as f32 * 0.001).collect();
+        xs.extend([
+            0.0, -0.0, 1.0, 88.7, 88.72, 88.73, -87.3, -103.0, -103.9, -104.5,
+        ]);
+        for chunk in xs.chunks(8) {
+            let mut lanes = [0.0f32; 8];
+            lanes[..chunk.len()].copy_from_slice(chunk);
+            let got: [f32; 8] =
+                pulp::cast(simd.vectorize(|| simd_imp::exp(simd, pulp::cast(lanes))));
+            for (&x, &y) in chunk.iter().zip(&got) {
+                let want = (x as f64).exp() as f32;
+                assert!(ulps(y, want) <= 2, "e^{x}: {y} vs {want}");
+            }
+        }
+        let special = [
+            f32::NEG_INFINITY,
+            f32::INFINITY,
+            f32::NAN,
+            -1e30,
+            1e30,
+            0.0,
+            0.0,
+            0.0,
+        ];
+        let got: [f32; 8] = pulp::cast(simd.vectorize(|| simd_imp::exp(simd, pulp::cast(special))));
+        assert_eq!(got[0], 0.0);
+        assert_eq!(got[1], f32::INFINITY);
+        assert!(got[2].is_nan());
+        assert_eq!(got[3], 0.0);
+        assert_eq!(got[4], f32::INFINITY);
+        assert_eq!(got[5], 1.0);
+    }
+}
