@@ -69,11 +69,12 @@ struct ForwardReport {
     /// A 128-token prompt in one forward request (which the runtime may run in passes of 16),
     /// prompt tokens per second.
     prefill_tokens_per_second: f64,
-    /// Measured read bandwidth ÷ bytes of weights one token reads.
+    /// Read bandwidth (`read_gb_per_second`) ÷ bytes of weights one token reads.
     bandwidth_bound_tokens_per_second: f64,
     /// Bytes of projection and head weights one forward reads in this format.
     weight_bytes: u64,
-    /// The machine's read bandwidth measured by this run, GB/s.
+    /// The machine's read bandwidth, GB/s: the mean of probes just before and just after this
+    /// format's decode, so that the ratio to the bound holds on a machine whose speed drifts.
     read_gb_per_second: f64,
 }
 
@@ -90,13 +91,14 @@ pub(crate) fn run(args: &BenchForwardArgs) -> Result<()> {
         )
     })?;
     let config = ModelConfig::from_gguf(&file)?;
-    let bandwidth = read_bandwidth();
+    let probe = BandwidthProbe::new();
     if !args.json {
         println!(
-            "model {}, {} timed runs a point, {CONTEXT} tokens of context; read bandwidth {:.1} GB/s",
+            "model {}, {} timed runs a point, {CONTEXT} tokens of context; read bandwidth {:.1} GB/s \
+             now (each bound uses probes just before and after that format's decode)",
             args.model,
             args.reps,
-            bandwidth / 1e9
+            probe.measure() / 1e9
         );
         let columns: String = rows.iter().map(|n| format!(" n={n} |")).collect();
         println!(
@@ -131,7 +133,9 @@ pub(crate) fn run(args: &BenchForwardArgs) -> Result<()> {
         let prompt = context_tokens(&config);
         let mut options = GenerateOptions::new(DECODE_TOKENS, SamplingConfig::greedy());
         options.cache_capacity = Some(args.capacity.unwrap_or(CONTEXT + DECODE_TOKENS + 1));
+        let before = probe.measure();
         let decode = generate_plain(&model, &prompt, &options, &mut |_| {})?;
+        let bandwidth = (before + probe.measure()) / 2.0;
         let prefill = time_prefill(&model, &config)?;
         // What the packed copies hold (Q4 stores a matrix off 4-bit grids as Q8_0); without
         // them, burn's matmul reads f32.
@@ -280,32 +284,47 @@ fn weight_bytes(c: &ModelConfig, bytes_per_weight: f64) -> f64 {
 
 /// Bytes per second that both cores read from a buffer far larger than the caches (best of
 /// five passes over 512 MiB).
-fn read_bandwidth() -> f64 {
-    use rayon::prelude::*;
-    /// Independent f32 lanes of the sum: eight AVX vectors, enough that the adds' latency does
-    /// not set the pace (two vectors did: the figure came out below what a decode step reads).
-    const LANES: usize = 64;
-    let data = vec![1.0f32; 128 << 20];
-    let mut best = 0.0f64;
-    for _ in 0..5 {
-        let start = Instant::now();
-        let sum: f32 = data
-            .par_chunks(1 << 16)
-            .map(|c| {
-                let lanes = c.chunks_exact(LANES).fold([0.0f32; LANES], |mut acc, x| {
-                    for (a, x) in acc.iter_mut().zip(x) {
-                        *a += x;
-                    }
-                    acc
-                });
-                lanes.iter().sum::<f32>()
-            })
-            .sum();
-        let seconds = start.elapsed().as_secs_f64();
-        std::hint::black_box(sum);
-        best = best.max((data.len() * 4) as f64 / seconds);
+/// The machine's read bandwidth: a 512 MiB buffer (beyond any cache) summed by every thread.
+struct BandwidthProbe {
+    data: Vec<f32>,
+}
+
+impl BandwidthProbe {
+    fn new() -> Self {
+        Self {
+            data: vec![1.0f32; 128 << 20],
+        }
     }
-    best
+
+    /// Bytes a second, the best of three passes.
+    fn measure(&self) -> f64 {
+        use rayon::prelude::*;
+        /// Independent f32 lanes of the sum: eight AVX vectors, enough that the adds' latency
+        /// does not set the pace (two vectors did: the figure came out below what a decode step
+        /// reads).
+        const LANES: usize = 64;
+        let mut best = 0.0f64;
+        for _ in 0..3 {
+            let start = Instant::now();
+            let sum: f32 = self
+                .data
+                .par_chunks(1 << 16)
+                .map(|c| {
+                    let lanes = c.chunks_exact(LANES).fold([0.0f32; LANES], |mut acc, x| {
+                        for (a, x) in acc.iter_mut().zip(x) {
+                            *a += x;
+                        }
+                        acc
+                    });
+                    lanes.iter().sum::<f32>()
+                })
+                .sum();
+            let seconds = start.elapsed().as_secs_f64();
+            std::hint::black_box(sum);
+            best = best.max((self.data.len() * 4) as f64 / seconds);
+        }
+        best
+    }
 }
 
 #[cfg(test)]
