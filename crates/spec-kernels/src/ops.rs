@@ -571,7 +571,6 @@ mod tests {
     }
 
     /// Attention in f64, row by row and head by head, skipping masked positions.
-    #[allow(clippy::too_many_arguments)]
     fn reference(
         q: &[f32],
         q_stride: usize,
