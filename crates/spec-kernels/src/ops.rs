@@ -1,9 +1,9 @@
 //! The rest of a decoder layer's host step besides the products: attention over a KV cache and
 //! SwiGLU, with AVX2 + FMA (detected at run time, as for the products) or portable loops.
 //!
-//! A decode step spends most of its time outside the products here: SmolLM2's attention over
-//! ~130 cached positions took 34 µs a layer and its SwiGLU 8 µs (one libm `expf` call per
-//! value) against 23 µs for its output projection (docs/benchmarks.md).
+//! Written as plain loops these cost as much as a product: SmolLM2's attention over 65–96
+//! positions took 34–36 µs a layer and its SwiGLU 8–10 µs (one libm `expf` call per value),
+//! against 23–38 µs for its output projection (docs/benchmarks.md, eleventh session).
 //!
 //! What a row computes does not depend on the other rows of the step or on masked positions:
 //! scores are independent dot products, a masked score (−∞) weighs exactly 0 and is skipped,

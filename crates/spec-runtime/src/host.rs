@@ -6,9 +6,10 @@
 //! own allocation and dispatch; at one to sixteen rows that overhead was ~40% of a SmolLM2 step.
 //! Here the same math (RMSNorm, rotary embedding, grouped-query attention over the cache,
 //! SwiGLU) works in place on host vectors, and keys and values go straight into the cache's
-//! host rows; attention and SwiGLU are `spec-kernels`' SIMD loops ([`spec_kernels::attention`],
-//! [`spec_kernels::swiglu`]). [`crate::model`]'s burn code stays the definition for every other case (prompts,
-//! other backends, projections without a packed copy), and the tests hold the two paths equal.
+//! host rows; attention and SwiGLU are `spec-kernels`' SIMD loops
+//! ([`spec_kernels::attention`], [`spec_kernels::swiglu`]). [`crate::model`]'s burn code stays
+//! the definition for every other case (prompts, other backends, projections without a packed
+//! copy), and the tests hold the two paths equal.
 //!
 //! [`SKINNY_MAX_ROWS`]: crate::model::SKINNY_MAX_ROWS
 
