@@ -282,8 +282,6 @@ fn weight_bytes(c: &ModelConfig, bytes_per_weight: f64) -> f64 {
     weights as f64 * bytes_per_weight
 }
 
-/// Bytes per second that both cores read from a buffer far larger than the caches (best of
-/// five passes over 512 MiB).
 /// The machine's read bandwidth: a 512 MiB buffer (beyond any cache) summed by every thread.
 struct BandwidthProbe {
     data: Vec<f32>,

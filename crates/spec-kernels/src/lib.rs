@@ -59,7 +59,7 @@ mod scalar;
 mod team;
 
 pub use error::KernelError;
-pub use ops::{AttentionShape, attention, attention_with, swiglu, swiglu_with};
+pub use ops::{AttentionShape, attention, attention_with, dot, swiglu, swiglu_with};
 pub use pack::{BLOCK, PackedMatrix, WeightFormat};
 
 /// Which instruction set a product runs on.

@@ -144,6 +144,20 @@ pub fn attention_with(
     Ok(out)
 }
 
+/// `a · b` in eight lanes (lane `l` sums elements `l`, `l + 8`, …; the lanes, then the tail
+/// past the last multiple of 8, are added in order): plain Rust, the same bits on every CPU.
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; 8];
+    let whole = a.len().min(b.len()) / 8 * 8;
+    for (x, y) in a[..whole].chunks_exact(8).zip(b[..whole].chunks_exact(8)) {
+        for l in 0..8 {
+            lanes[l] += x[l] * y[l];
+        }
+    }
+    let tail: f32 = a[whole..].iter().zip(&b[whole..]).map(|(x, y)| x * y).sum();
+    lanes.iter().sum::<f32>() + tail
+}
+
 /// SwiGLU of rows laid out `[gate (ff) | up (ff)]`: `silu(gate) · up`, `[rows, ff]`.
 pub fn swiglu(gate_up: &[f32], ff: usize) -> Vec<f32> {
     swiglu_with(gate_up, ff, Isa::Auto)
@@ -238,7 +252,7 @@ struct Portable;
 impl Lanes for Portable {
     fn scores(self, q: &[f32], keys: &[f32], d: usize, out: &mut [f32]) {
         for (score, key) in out.iter_mut().zip(keys.chunks_exact(d)) {
-            *score = self.dot(q, key);
+            *score = dot(q, key);
         }
     }
 
@@ -262,20 +276,6 @@ impl Lanes for Portable {
         for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
             *o = g / (1.0 + (-g).exp()) * u;
         }
-    }
-}
-
-impl Portable {
-    fn dot(self, a: &[f32], b: &[f32]) -> f32 {
-        let mut lanes = [0.0f32; 8];
-        let whole = a.len().min(b.len()) / 8 * 8;
-        for (x, y) in a[..whole].chunks_exact(8).zip(b[..whole].chunks_exact(8)) {
-            for l in 0..8 {
-                lanes[l] += x[l] * y[l];
-            }
-        }
-        let tail: f32 = a[whole..].iter().zip(&b[whole..]).map(|(x, y)| x * y).sum();
-        lanes.iter().sum::<f32>() + tail
     }
 }
 
@@ -401,12 +401,18 @@ mod simd_imp {
                 let s: [f32; 8] = cast(dot8(self, q, cast_slice(block)));
                 out.copy_from_slice(&s);
             }
-            if whole < total {
-                // The last keys with zero keys after them, through the same reduction.
+            if whole < total && total >= 8 {
+                // The last 8 keys again: a key's score does not depend on its slot, so the ones
+                // already computed come out the same.
+                let start = total - 8;
+                let s: [f32; 8] = cast(dot8(self, q, cast_slice(&keys[start * d..total * d])));
+                out[start..].copy_from_slice(&s);
+            } else if whole < total {
+                // Fewer than 8 keys: zero keys after them, through the same reduction.
                 let mut block = vec![0.0f32; 8 * d];
-                block[..(total - whole) * d].copy_from_slice(&keys[whole * d..total * d]);
+                block[..total * d].copy_from_slice(&keys[..total * d]);
                 let s: [f32; 8] = cast(dot8(self, q, cast_slice(&block)));
-                out[whole..].copy_from_slice(&s[..total - whole]);
+                out.copy_from_slice(&s[..total]);
             }
         }
 

@@ -141,7 +141,7 @@ pub(crate) fn rms_norm<B: Backend>(x: &[f32], n: usize, norm: &RmsNorm<B>) -> Re
     }
     let mut out = vec![0.0f32; x.len()];
     for (row, out_row) in x.chunks_exact(features).zip(out.chunks_exact_mut(features)) {
-        let mean_square = dot(row, row) / features as f32;
+        let mean_square = spec_kernels::dot(row, row) / features as f32;
         let inv = 1.0 / (mean_square + norm.eps as f32).sqrt();
         for ((o, &v), &w) in out_row.iter_mut().zip(row).zip(&weight) {
             *o = v * inv * w;
@@ -170,18 +170,4 @@ fn add_into(x: &mut [f32], y: &[f32]) {
     for (a, b) in x.iter_mut().zip(y) {
         *a += b;
     }
-}
-
-/// A dot product in eight lanes, which the compiler keeps in one vector register.
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut lanes = [0.0f32; 8];
-    let (a8, a_rest) = a.split_at(a.len() / 8 * 8);
-    let (b8, b_rest) = b.split_at(a8.len().min(b.len()));
-    for (x, y) in a8.chunks_exact(8).zip(b8.chunks_exact(8)) {
-        for l in 0..8 {
-            lanes[l] += x[l] * y[l];
-        }
-    }
-    let tail: f32 = a_rest.iter().zip(b_rest).map(|(x, y)| x * y).sum();
-    lanes.iter().sum::<f32>() + tail
 }
