@@ -105,7 +105,7 @@ proptest! {
 
 /// A row of `x` gets the same bits whatever the other rows of the product: greedy speculative
 /// decoding relies on a verification over K + 1 rows scoring each position exactly as a decode
-/// step of one row does. Every tile shape (1 to 5 rows of `x`, 1 to 4 weight rows) and the
+/// step of one row does. Every tile shape (1 to 5 rows of `x`, 1 to 8 weight rows) and the
 /// threaded split are covered by `m` in 1..=16 and the odd `n`.
 #[test]
 fn a_row_does_not_depend_on_the_others() {
