@@ -619,6 +619,7 @@ pub(crate) fn run<B: Backend>(args: &BenchArgs, device: &B::Device) -> Result<()
         let t = Instant::now();
         let options = LoadOptions {
             skinny_format: Some(args.weights),
+            ..Default::default()
         };
         let model = load_model_with::<B>(&path, device, options)
             .with_context(|| format!("loading {}", path.display()))?;

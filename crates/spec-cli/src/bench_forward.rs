@@ -119,6 +119,7 @@ pub(crate) fn run(args: &BenchForwardArgs) -> Result<()> {
             &Default::default(),
             LoadOptions {
                 skinny_format: format,
+                ..Default::default()
             },
         )?;
         let rounds = time_rounds(&model, &config, &rows, args.reps, args.capacity)?;

@@ -222,17 +222,24 @@ fn sampling_drafter<B: Backend>(
     let format = args.draft_weights.unwrap_or(DEFAULT_DRAFT_WEIGHTS);
     let key = (path.clone(), format);
     if !drafts.0.contains_key(&key) {
-        // Another format of a checkpoint already loaded is a repack of the same weights.
-        let loaded = drafts.0.iter().find(|((p, _), _)| *p == path);
-        let entry = match loaded.map(|(_, draft)| draft.clone()) {
-            Some((mut model, draft_tokenizer)) => {
-                model.pack(format)?;
-                (model, draft_tokenizer)
-            }
+        // Another format of a checkpoint already loaded is a repack of the same weights when
+        // that copy holds them exactly (f32); otherwise the checkpoint is read again.
+        let repacked = drafts.0.iter().find(|((p, _), _)| *p == path).and_then(
+            |(_, (model, draft_tokenizer))| {
+                let mut model = model.clone();
+                model
+                    .pack(format)
+                    .ok()
+                    .map(|()| (model, draft_tokenizer.clone()))
+            },
+        );
+        let entry = match repacked {
+            Some(entry) => entry,
             None => {
                 let draft_tokenizer = load_tokenizer(&path)?;
                 let options = LoadOptions {
                     skinny_format: Some(format),
+                    ..Default::default()
                 };
                 let draft = load_model_with::<B>(&path, device, options)
                     .with_context(|| format!("loading the draft model {}", path.display()))?;
@@ -355,6 +362,7 @@ fn generate<B: Backend>(args: &GenerateArgs, device: &B::Device) -> Result<()> {
     let prompt = tokenizer.encode(&text, true)?;
     let options = LoadOptions {
         skinny_format: Some(args.weights),
+        ..Default::default()
     };
     let loaded = load_model_with::<B>(&path, device, options)
         .with_context(|| format!("loading {}", path.display()))?;

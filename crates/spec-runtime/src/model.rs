@@ -9,7 +9,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use burn::module::{Module, Param};
-use burn::tensor::{DType, Int, Tensor, TensorData, activation, backend::Backend};
+use burn::tensor::{Int, Tensor, TensorData, activation, backend::Backend};
 use spec_kernels::PackedMatrix;
 pub use spec_kernels::WeightFormat;
 
@@ -26,11 +26,14 @@ use crate::weights::{HostTensor, WeightSource};
 /// decode or verification step) at close to memory bandwidth; longer inputs (prefill) and other
 /// backends use burn's matmul. The copy is made at load ([`LoadOptions::skinny_format`]) and
 /// is not updated if `weight` is replaced afterwards: call [`Linear::pack`] again, or set
-/// `skinny` to `None`.
+/// `skinny` to `None`. Unless [`LoadOptions::keep_unpacked`] is set, a packed projection keeps
+/// no burn tensors (`weight` and `bias` are `None`) and the packed copy serves every input.
 #[derive(Module, Debug)]
 pub struct Linear<B: Backend> {
-    /// `[out_features, in_features]`.
-    pub weight: Param<Tensor<B, 2>>,
+    /// `[out_features, in_features]`; `None` when only a packed copy holds the weights: this
+    /// projection's own `skinny`, or, in a block, the block's [`Block::packed`] (such a
+    /// projection cannot run by itself: [`Linear::forward`] panics).
+    pub weight: Option<Param<Tensor<B, 2>>>,
     /// `[out_features]`.
     pub bias: Option<Param<Tensor<B, 1>>>,
     /// The packed host copy the skinny path reads; `None` runs burn's matmul for every input.
@@ -79,14 +82,30 @@ impl SkinnyLinear {
         Ok(y)
     }
 
-    /// `[n, in] -> [n, out]` on the host, or `None` when `x` is not host f32 data of the right
+    /// The weights `[out, in]` and bias when stored exactly (f32), for repacking.
+    fn exact_weights(&self) -> Result<HostProjection> {
+        if self.matrix.format() != WeightFormat::F32 {
+            return Err(unpacked_dropped("a projection"));
+        }
+        let bias = self.bias.as_ref().map(|b| HostTensor {
+            shape: vec![b.len()],
+            data: b.clone(),
+        });
+        let weight = HostTensor {
+            data: self.matrix.dequantize(),
+            shape: vec![self.matrix.rows(), self.matrix.cols()],
+        };
+        Ok((weight, bias))
+    }
+
+    /// `[n, in] -> [n, out]` on the host, or `None` when `x` is not float data of the right
     /// width (the caller then runs burn's matmul).
     fn forward<B: Backend>(&self, x: &Tensor<B, 2>) -> Option<Tensor<B, 2>> {
         let [n, k] = x.dims();
-        if k != self.matrix.cols() || x.dtype() != DType::F32 {
+        if k != self.matrix.cols() || !x.dtype().is_float() {
             return None;
         }
-        let data = x.clone().into_data();
+        let data = x.clone().into_data().convert::<f32>();
         let y = self.apply(data.as_slice::<f32>().ok()?, n).ok()?;
         Some(Tensor::from_data(
             TensorData::new(y, [n, self.matrix.rows()]),
@@ -165,6 +184,45 @@ impl PackedBlock {
             down: stack(&[down], format)?,
         })
     }
+
+    /// The seven projections back (q, k, v, o, gate, up, down), when stored exactly (f32):
+    /// `q_rows` and `kv_rows` split the stacked q/k/v, gate and up are halves. Projections
+    /// stacked with a biased one come back with zeros for a bias.
+    fn unstack(&self, q_rows: usize, kv_rows: usize) -> Result<[HostProjection; 7]> {
+        let split = |linear: &SkinnyLinear, sizes: &[usize]| -> Result<Vec<HostProjection>> {
+            let (weight, bias) = linear.exact_weights()?;
+            let cols = linear.matrix.cols();
+            if sizes.iter().sum::<usize>() != linear.matrix.rows() {
+                return Err(RuntimeError::InvalidConfig(format!(
+                    "a packed projection of {} rows split as {sizes:?}",
+                    linear.matrix.rows()
+                )));
+            }
+            let mut row = 0;
+            let mut parts = Vec::with_capacity(sizes.len());
+            for &rows in sizes {
+                let weight = HostTensor {
+                    data: weight.data[row * cols..(row + rows) * cols].to_vec(),
+                    shape: vec![rows, cols],
+                };
+                let bias = bias.as_ref().map(|b| HostTensor {
+                    data: b.data[row..row + rows].to_vec(),
+                    shape: vec![rows],
+                });
+                parts.push((weight, bias));
+                row += rows;
+            }
+            Ok(parts)
+        };
+        let ff = self.gate_up.matrix.rows() / 2;
+        let mut parts = split(&self.qkv, &[q_rows, kv_rows, kv_rows])?;
+        parts.extend(split(&self.o, &[self.o.matrix.rows()])?);
+        parts.extend(split(&self.gate_up, &[ff, ff])?);
+        parts.extend(split(&self.down, &[self.down.matrix.rows()])?);
+        parts
+            .try_into()
+            .map_err(|_| RuntimeError::InvalidConfig("a block of seven projections".into()))
+    }
 }
 
 /// Whether `B` is the flex backend, whose tensors live in host memory: the only backend the
@@ -183,11 +241,13 @@ pub(crate) fn is_flex<B: Backend>() -> bool {
 
 impl<B: Backend> Linear<B> {
     /// A projection from host weights `[out, in]` and bias `[out]`, with a skinny copy in
-    /// `skinny_format` when `B` is flex.
+    /// `skinny_format` when `B` is flex; with a skinny copy, burn's tensors only if
+    /// `keep_unpacked`.
     pub fn from_host(
         weight: HostTensor,
         bias: Option<HostTensor>,
         skinny_format: Option<WeightFormat>,
+        keep_unpacked: bool,
         device: &B::Device,
     ) -> Result<Self> {
         let skinny = match (skinny_format, weight.shape.as_slice()) {
@@ -200,43 +260,143 @@ impl<B: Backend> Linear<B> {
             )?)),
             _ => None,
         };
+        if skinny.is_some() && !keep_unpacked {
+            return Ok(Self {
+                weight: None,
+                bias: None,
+                skinny,
+            });
+        }
         Ok(Self {
-            weight: Param::from_tensor(weight.into_tensor::<B, 2>(device)),
+            weight: Some(Param::from_tensor(weight.into_tensor::<B, 2>(device))),
             bias: bias.map(|b| Param::from_tensor(b.into_tensor::<B, 1>(device))),
             skinny,
         })
     }
 
-    /// (Re)builds the skinny copy from the current `weight` and `bias` (flex only; elsewhere
-    /// clears it).
+    /// Whether [`Linear::pack`] can read back the exact weights (burn's tensors, or an f32
+    /// packed copy).
+    fn holds_exact_weights(&self) -> bool {
+        self.weight.is_some()
+            || self
+                .skinny
+                .as_ref()
+                .is_some_and(|s| s.matrix.format() == WeightFormat::F32)
+    }
+
+    /// A projection whose weights only its block's packed copy holds.
+    fn packed_in_block() -> Self {
+        Self {
+            weight: None,
+            bias: None,
+            skinny: None,
+        }
+    }
+
+    /// The weights `[out, in]` and bias as f32 on the host: burn's tensors when kept, else the
+    /// packed copy's when it holds them exactly (f32).
+    fn host_weights(&self) -> Result<HostProjection> {
+        match (&self.weight, &self.skinny) {
+            (Some(weight), _) => {
+                let shape = weight.val().dims().to_vec();
+                let bias = match &self.bias {
+                    Some(b) => Some(HostTensor {
+                        shape: b.val().dims().to_vec(),
+                        data: host_f32(b.val())?,
+                    }),
+                    None => None,
+                };
+                Ok((
+                    HostTensor {
+                        data: host_f32(weight.val())?,
+                        shape,
+                    },
+                    bias,
+                ))
+            }
+            (None, Some(skinny)) => skinny.exact_weights(),
+            (None, None) => Err(RuntimeError::InvalidRequest(
+                "a projection whose weights only its block's packed copy holds cannot be packed \
+                 by itself: pack the block"
+                    .into(),
+            )),
+        }
+    }
+
+    /// (Re)builds the skinny copy from the current weights (flex only; elsewhere clears it).
+    /// Without burn's tensors the packed copy is the source, which only f32 holds exactly;
+    /// from another format this is an error (reload the checkpoint instead).
     pub fn pack(&mut self, format: WeightFormat) -> Result<()> {
-        self.skinny = if is_flex::<B>() {
-            let [out, inp] = self.weight.val().dims();
-            let weight = host_f32(self.weight.val())?;
-            let bias = self.bias.as_ref().map(|b| host_f32(b.val())).transpose()?;
-            Some(Arc::new(SkinnyLinear::new(
-                &weight, out, inp, bias, format,
-            )?))
-        } else {
-            None
+        if !is_flex::<B>() {
+            self.skinny = None;
+            return Ok(());
+        }
+        let (weight, bias) = self.host_weights()?;
+        let &[out, inp] = weight.shape.as_slice() else {
+            return Err(RuntimeError::InvalidConfig(format!(
+                "a projection of shape {:?}",
+                weight.shape
+            )));
         };
+        self.skinny = Some(Arc::new(SkinnyLinear::new(
+            &weight.data,
+            out,
+            inp,
+            bias.map(|b| b.data),
+            format,
+        )?));
         Ok(())
     }
 
     /// `[n, in] -> [n, out]`.
+    ///
+    /// # Panics
+    /// When neither burn's weights nor a packed copy of its own are held (a projection of a
+    /// packed block loaded without [`LoadOptions::keep_unpacked`]; the block runs it).
     pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
         if let Some(skinny) = &self.skinny
-            && x.dims()[0] <= SKINNY_MAX_ROWS
+            && (x.dims()[0] <= SKINNY_MAX_ROWS || self.weight.is_none())
             && let Some(y) = skinny.forward(&x)
         {
             return y;
         }
-        let y = matmul(x, self.weight.val().transpose());
-        match &self.bias {
-            Some(b) => y + b.val().unsqueeze::<2>(),
+        let (weight, bias) = match (&self.weight, &self.skinny) {
+            (Some(weight), _) => (weight.val(), self.bias.as_ref().map(Param::val)),
+            // Only the packed copy is held and it could not take `x` as is: its stored
+            // weights through burn, which reports a shape mismatch as it always does.
+            (None, Some(skinny)) => {
+                let device = x.device();
+                let m = &skinny.matrix;
+                let weight = Tensor::from_data(
+                    TensorData::new(m.dequantize(), [m.rows(), m.cols()]),
+                    &device,
+                );
+                let bias = skinny
+                    .bias
+                    .as_ref()
+                    .map(|b| Tensor::from_data(TensorData::new(b.clone(), [b.len()]), &device));
+                (weight, bias)
+            }
+            (None, None) => panic!(
+                "this projection's weights are held by its block's packed copy only \
+                 (loaded without LoadOptions::keep_unpacked); run the block through \
+                 Transformer::forward"
+            ),
+        };
+        let y = matmul(x, weight.transpose());
+        match bias {
+            Some(b) => y + b.unsqueeze::<2>(),
             None => y,
         }
     }
+}
+
+/// The error for repacking weights whose exact values are no longer held.
+fn unpacked_dropped(what: &str) -> RuntimeError {
+    RuntimeError::InvalidRequest(format!(
+        "{what} keeps only a packed copy that is not f32, so its exact weights are gone: reload \
+         the checkpoint in the new format (or load with LoadOptions::keep_unpacked)"
+    ))
 }
 
 /// `lhs.matmul(rhs)`, with a one-row `lhs` computed as two rows outside flex: burn 0.21's fused
@@ -263,20 +423,25 @@ fn host_f32<B: Backend, const D: usize>(t: Tensor<B, D>) -> Result<Vec<f32>> {
 /// How [`Transformer::load_with`] prepares the weights.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LoadOptions {
-    /// On the flex backend, keep a host copy of every projection and of the output head packed
-    /// in this format for inputs of at most [`SKINNY_MAX_ROWS`] rows (f32 by default: exact, at
-    /// the cost of holding the projection weights twice; `Bf16` and `Q8_0` round the weights
-    /// that path uses; `Q4` keeps a 4-bit checkpoint's weights exactly and stores any matrix
+    /// On the flex backend, keep every projection and the output head packed in this format
+    /// for the host path (f32 by default: exact; `Bf16` and `Q8_0` round the weights; `Q4` keeps a 4-bit checkpoint's weights exactly and stores any matrix
     /// that is not 4-bit as Q8_0; `Q8_0A8` and `Q4A8` also round the activations to int8, a
     /// different model again). `None` runs burn's matmul everywhere. Ignored on other
     /// backends.
     pub skinny_format: Option<WeightFormat>,
+    /// With a packed copy, also keep burn's tensors of the packed projections (the default
+    /// drops them: every forward pass of a packed model then runs on the host, in passes of
+    /// at most [`SKINNY_MAX_ROWS`] rows where the attention pattern allows, so they would go
+    /// unused, and an f32 model would be held twice). Keeping them allows repacking a
+    /// non-f32 copy in another format without reloading.
+    pub keep_unpacked: bool,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
         Self {
             skinny_format: Some(WeightFormat::F32),
+            keep_unpacked: false,
         }
     }
 }
@@ -400,7 +565,31 @@ pub struct Block<B: Backend> {
 }
 
 impl<B: Backend> Block<B> {
-    /// (Re)builds [`Block::packed`] from the current weights (flex only; elsewhere clears it).
+    /// Whether [`Block::pack`] can read back the exact weights (burn's tensors, or an f32
+    /// packed copy).
+    fn holds_exact_weights(&self) -> bool {
+        let a = &self.attention;
+        let m = &self.mlp;
+        let kept = [
+            &a.q_proj,
+            &a.k_proj,
+            &a.v_proj,
+            &a.o_proj,
+            &m.gate_proj,
+            &m.up_proj,
+            &m.down_proj,
+        ]
+        .iter()
+        .all(|l| l.weight.is_some());
+        kept || self
+            .packed
+            .as_ref()
+            .is_some_and(|p| p.qkv.matrix.format() == WeightFormat::F32)
+    }
+
+    /// (Re)builds [`Block::packed`] from the current weights (flex only; elsewhere clears it):
+    /// burn's tensors when kept, else the packed copy, which only f32 holds exactly (from
+    /// another format this is an error: reload the checkpoint in the new format instead).
     pub fn pack(&mut self, format: WeightFormat) -> Result<()> {
         if !is_flex::<B>() {
             self.packed = None;
@@ -417,30 +606,21 @@ impl<B: Backend> Block<B> {
             &m.up_proj,
             &m.down_proj,
         ];
-        let mut host = Vec::with_capacity(7);
-        for linear in linears {
-            let weight = linear.weight.val();
-            let shape = weight.dims().to_vec();
-            let weight = HostTensor {
-                data: host_f32(weight)?,
-                shape,
-            };
-            let bias = match &linear.bias {
-                Some(b) => Some(HostTensor {
-                    shape: b.val().dims().to_vec(),
-                    data: host_f32(b.val())?,
-                }),
-                None => None,
-            };
-            host.push((weight, bias));
-        }
-        let parts: Vec<Projection<'_>> = host
-            .iter()
-            .map(|(w, b)| Projection::of(w, b.as_ref()))
-            .collect();
-        let parts: [Projection<'_>; 7] = parts
-            .try_into()
-            .map_err(|_| RuntimeError::InvalidConfig("a block of seven projections".into()))?;
+        let host: [HostProjection; 7] = match &self.packed {
+            Some(packed) if linears.iter().any(|l| l.weight.is_none()) => {
+                packed.unstack(a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim)?
+            }
+            _ => {
+                let mut host = Vec::with_capacity(7);
+                for linear in linears {
+                    host.push(linear.host_weights()?);
+                }
+                host.try_into().map_err(|_| {
+                    RuntimeError::InvalidConfig("a block of seven projections".into())
+                })?
+            }
+        };
+        let parts = host.each_ref().map(|(w, b)| Projection::of(w, b.as_ref()));
         self.packed = Some(Arc::new(PackedBlock::new(parts, format)?));
         Ok(())
     }
@@ -654,9 +834,14 @@ impl<B: Backend> Transformer<B> {
                 )?)),
                 None => None,
             };
-            // The block's own projections run burn's matmul; the packed copy serves short steps.
-            let [q, k, v, o, gate, up, down] =
-                host.map(|(w, b)| Linear::from_host(w, b, None, device));
+            // The block's own projections run burn's matmul where the packed copy does not
+            // serve; without `keep_unpacked` it serves every request and they hold nothing.
+            let [q, k, v, o, gate, up, down] = if packed.is_some() && !options.keep_unpacked {
+                drop(host);
+                std::array::from_fn(|_| Ok(Linear::packed_in_block()))
+            } else {
+                host.map(|(w, b)| Linear::from_host(w, b, None, true, device))
+            };
             let attention = Attention {
                 q_proj: q?,
                 k_proj: k?,
@@ -697,6 +882,7 @@ impl<B: Backend> Transformer<B> {
                 get("lm_head.weight", &[config.vocab_size, hd])?,
                 None,
                 skinny_format,
+                options.keep_unpacked,
                 device,
             )?)
         };
@@ -719,7 +905,16 @@ impl<B: Backend> Transformer<B> {
 
     /// (Re)builds every packed copy (blocks and output head) from the current weights in
     /// `format`, e.g. after training replaced them (flex only; elsewhere clears them).
+    /// Without burn's tensors ([`LoadOptions::keep_unpacked`]) only an f32 copy can be
+    /// repacked; otherwise this is an error that leaves the model as it was.
     pub fn pack(&mut self, format: WeightFormat) -> Result<()> {
+        let head_exact = self
+            .lm_head
+            .as_ref()
+            .is_none_or(Linear::holds_exact_weights);
+        if is_flex::<B>() && !(head_exact && self.blocks.iter().all(Block::holds_exact_weights)) {
+            return Err(unpacked_dropped("the model"));
+        }
         for block in &mut self.blocks {
             block.pack(format)?;
         }
@@ -881,20 +1076,8 @@ impl<B: Backend> Transformer<B> {
                 Some(rows.clone())
             }
         };
-        if n > SKINNY_MAX_ROWS
-            && cache.is_host()
-            && matches!(request.attention, NewTokens::Causal)
-            && request.hidden_after.is_empty()
-            && matches!(request.logits, LogitRows::None | LogitRows::Last)
-            && layers.clone().all(|l| self.blocks[l].packed.is_some())
-        {
-            return self.forward_in_chunks(x, &positions, layers, request.logits, cache);
-        }
-        let bias = attention_bias(n, cached, request.attention)?;
-        let (cos, sin) = self.rope_rows(&positions);
-
-        // A short step on flex with every projection packed runs on the host (see `host`).
-        let packed: Option<Vec<&PackedBlock>> = if n <= SKINNY_MAX_ROWS && cache.is_host() {
+        // On flex with every projection run packed, the whole pass runs on the host.
+        let packed: Option<Vec<&PackedBlock>> = if cache.is_host() {
             layers
                 .clone()
                 .map(|l| self.blocks[l].packed.as_deref())
@@ -903,44 +1086,20 @@ impl<B: Backend> Transformer<B> {
             None
         };
         if let Some(packed) = packed {
-            let hidden_size = x.dims()[1];
-            let to_tensor = |v: Vec<f32>| {
-                Tensor::<B, 2>::from_data(TensorData::new(v, [n, hidden_size]), &device)
+            check_mask(n, request.attention)?;
+            let pass = HostPass {
+                positions: &positions,
+                cached,
+                attention: request.attention,
+                layers,
+                logit_rows,
+                hidden_after: &request.hidden_after,
             };
-            let (cos, sin) = (host_f32(cos)?, host_f32(sin)?);
-            let step = HostStep {
-                n,
-                cos: &cos,
-                sin: &sin,
-                bias: &bias,
-            };
-            let mut x = host_f32(x)?;
-            let mut hidden = Vec::new();
-            for (l, block) in layers.clone().zip(packed) {
-                if request.hidden_after.contains(&l) {
-                    hidden.push((l, x.clone()));
-                }
-                host::block_forward(&self.blocks[l], block, &mut x, &step, cache, l)?;
-            }
-            if request.hidden_after.contains(&layers.end) {
-                hidden.push((layers.end, x.clone()));
-            }
-            let hidden = request
-                .hidden_after
-                .iter()
-                .filter_map(|l| hidden.iter().find(|(k, _)| k == l))
-                .map(|(_, v)| to_tensor(v.clone()))
-                .collect();
-            let logits = logit_rows
-                .map(|rows| self.logits_host(&x, hidden_size, &rows))
-                .transpose()?;
-            return Ok(ForwardOutput {
-                logits,
-                hidden,
-                last_hidden: to_tensor(x),
-            });
+            return self.forward_host(x, &packed, pass, cache);
         }
 
+        let bias = attention_bias(n, cached, request.attention)?;
+        let (cos, sin) = self.rope_rows(&positions);
         let total = cached + n;
         let context = AttentionContext {
             cos,
@@ -981,52 +1140,69 @@ impl<B: Backend> Transformer<B> {
         })
     }
 
-    /// A causal pass over more than [`SKINNY_MAX_ROWS`] new tokens (a prompt) as consecutive
-    /// passes of at most that many, each on the host path: `bench-forward`'s prefill figures
+    /// [`Transformer::forward`] on the host path (`crate::host`) for every layer of
+    /// `pass.layers` (`packed` holds their packed projections). `x` `[n, hidden]` is the input
+    /// of the first layer run.
+    ///
+    /// The new tokens run in passes of at most [`SKINNY_MAX_ROWS`] when none attends to a later
+    /// one (a causal chain or prompt, a tree in topological order): each pass finds the earlier
+    /// passes' keys in the cache, so the result is one pass's. `bench-forward`'s prefill figures
     /// measured this 1.3–1.7× faster than one pass through burn's matmul for f32 and bf16
-    /// weights, and 1.25× for Q8_0 (Qwen 0.5B) once its quants were stored in order.
-    /// `x` `[n, hidden]` is the input of layer `layers.start`; the output is what one pass gives
-    /// (logits of the last row when `logits` is `Last`).
-    fn forward_in_chunks(
+    /// weights, and 1.25× for Q8_0 (Qwen 0.5B). Other masks take one pass of every row.
+    fn forward_host(
         &self,
         x: Tensor<B, 2>,
-        positions: &[usize],
-        layers: Range<usize>,
-        logits: LogitRows,
+        packed: &[&PackedBlock],
+        pass: HostPass<'_>,
         cache: &mut KvCache<B>,
     ) -> Result<ForwardOutput<B>> {
-        let [n, hidden] = x.dims();
-        let mut outputs = Vec::with_capacity(n.div_ceil(SKINNY_MAX_ROWS));
-        let mut last_logits = None;
+        let device = self.device();
+        let [n, hidden_size] = x.dims();
+        let mut x = host_f32(x)?;
+        let chunk = if attends_only_backwards(n, pass.attention) {
+            SKINNY_MAX_ROWS
+        } else {
+            n
+        };
+        // Per entry of `hidden_after`, its rows in order as the passes produce them.
+        let mut hidden: Vec<Vec<f32>> = vec![Vec::new(); pass.hidden_after.len()];
+        let mut record = |after: usize, rows: &[f32]| {
+            for (i, &l) in pass.hidden_after.iter().enumerate() {
+                if l == after {
+                    hidden[i].extend_from_slice(rows);
+                }
+            }
+        };
         let mut start = 0;
         while start < n {
-            let end = (start + SKINNY_MAX_ROWS).min(n);
-            let last = end == n;
-            let out = self.forward(
-                ForwardRequest {
-                    input: Input::Hidden(x.clone().slice([start..end, 0..hidden])),
-                    positions: Some(&positions[start..end]),
-                    attention: NewTokens::Causal,
-                    layers: Some(layers.clone()),
-                    logits: if last {
-                        logits.clone()
-                    } else {
-                        LogitRows::None
-                    },
-                    hidden_after: Vec::new(),
-                },
-                cache,
-            )?;
-            if last {
-                last_logits = out.logits;
+            let end = (start + chunk).min(n);
+            let bias = bias_rows(n, pass.cached, start..end, pass.attention);
+            let (cos, sin) = self.rope_rows(&pass.positions[start..end]);
+            let (cos, sin) = (host_f32(cos)?, host_f32(sin)?);
+            let step = HostStep {
+                n: end - start,
+                cos: &cos,
+                sin: &sin,
+                bias: &bias,
+            };
+            let rows = &mut x[start * hidden_size..end * hidden_size];
+            for (l, block) in pass.layers.clone().zip(packed) {
+                record(l, rows);
+                host::block_forward(&self.blocks[l], block, rows, &step, cache, l)?;
             }
-            outputs.push(out.last_hidden);
+            record(pass.layers.end, rows);
             start = end;
         }
+        let to_tensor =
+            |v: Vec<f32>| Tensor::<B, 2>::from_data(TensorData::new(v, [n, hidden_size]), &device);
+        let logits = pass
+            .logit_rows
+            .map(|rows| self.logits_host(&x, hidden_size, &rows))
+            .transpose()?;
         Ok(ForwardOutput {
-            logits: last_logits,
-            hidden: Vec::new(),
-            last_hidden: Tensor::cat(outputs, 0),
+            logits,
+            hidden: hidden.into_iter().map(to_tensor).collect(),
+            last_hidden: to_tensor(x),
         })
     }
 
@@ -1084,41 +1260,68 @@ impl<B: Backend> Transformer<B> {
     }
 }
 
+/// What [`Transformer::forward_host`] runs, besides the input and the packed blocks.
+struct HostPass<'a> {
+    positions: &'a [usize],
+    /// Positions in the cache before the pass.
+    cached: usize,
+    attention: NewTokens<'a>,
+    layers: Range<usize>,
+    logit_rows: Option<Vec<usize>>,
+    hidden_after: &'a [usize],
+}
+
+/// Checks a mask's size and diagonal for `n` new tokens (a causal pass has nothing to check).
+fn check_mask(n: usize, attention: NewTokens<'_>) -> Result<()> {
+    if let NewTokens::Mask(mask) = attention {
+        if mask.len() != n * n {
+            return Err(RuntimeError::InvalidRequest(format!(
+                "a mask of {} entries for {n} new tokens",
+                mask.len()
+            )));
+        }
+        if (0..n).any(|i| !mask[i * n + i]) {
+            return Err(RuntimeError::InvalidRequest(
+                "every new token must attend to itself".into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether no new token attends to a later one, so the tokens can run in consecutive passes.
+fn attends_only_backwards(n: usize, attention: NewTokens<'_>) -> bool {
+    match attention {
+        NewTokens::Causal => true,
+        NewTokens::Mask(mask) => (0..n).all(|i| (i + 1..n).all(|j| !mask[i * n + j])),
+    }
+}
+
 /// The attention bias `[n, cached + n]` of `n` new tokens after `cached` positions: 0 where a
 /// new token may attend, -inf elsewhere.
 fn attention_bias(n: usize, cached: usize, attention: NewTokens<'_>) -> Result<Vec<f32>> {
-    let total = cached + n;
-    let mut bias = vec![0.0f32; n * total];
-    match attention {
-        NewTokens::Causal => {
-            for i in 0..n {
-                for j in i + 1..n {
-                    bias[i * total + cached + j] = f32::NEG_INFINITY;
-                }
-            }
-        }
-        NewTokens::Mask(mask) => {
-            if mask.len() != n * n {
-                return Err(RuntimeError::InvalidRequest(format!(
-                    "a mask of {} entries for {n} new tokens",
-                    mask.len()
-                )));
-            }
-            if (0..n).any(|i| !mask[i * n + i]) {
-                return Err(RuntimeError::InvalidRequest(
-                    "every new token must attend to itself".into(),
-                ));
-            }
-            for i in 0..n {
-                for j in 0..n {
-                    if !mask[i * n + j] {
-                        bias[i * total + cached + j] = f32::NEG_INFINITY;
-                    }
-                }
+    check_mask(n, attention)?;
+    Ok(bias_rows(n, cached, 0..n, attention))
+}
+
+/// Rows `rows` of the attention bias of `n` new tokens after `cached` positions, over the
+/// positions up to the last of them: `[rows.len(), cached + rows.end]`. The mask (if any) is
+/// checked already.
+fn bias_rows(n: usize, cached: usize, rows: Range<usize>, attention: NewTokens<'_>) -> Vec<f32> {
+    let total = cached + rows.end;
+    let mut bias = vec![0.0f32; rows.len() * total];
+    for (out, i) in bias.chunks_exact_mut(total).zip(rows.clone()) {
+        for j in 0..rows.end {
+            let visible = match attention {
+                NewTokens::Causal => j <= i,
+                NewTokens::Mask(mask) => mask[i * n + j],
+            };
+            if !visible {
+                out[cached + j] = f32::NEG_INFINITY;
             }
         }
     }
-    Ok(bias)
+    bias
 }
 
 /// `cos` and `sin` of `position · θ^(−2i/d)` for every position of the context, computed in f64.

@@ -16,6 +16,7 @@ use spec_runtime::{
 fn load(path: &std::path::Path, format: WeightFormat) -> LoadedModel<Flex> {
     let options = LoadOptions {
         skinny_format: Some(format),
+        ..Default::default()
     };
     load_model_with::<Flex>(path, &Default::default(), options).unwrap()
 }

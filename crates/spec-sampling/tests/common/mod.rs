@@ -61,6 +61,7 @@ pub fn poisoned_model(config: &ModelConfig, seed: u64) -> Transformer<B> {
     // this model runs burn's matmul and produces the NaN logits at run time, as wanted here.
     let options = LoadOptions {
         skinny_format: None,
+        ..Default::default()
     };
     Transformer::load_with(config, &mut source, &Default::default(), options).unwrap()
 }
