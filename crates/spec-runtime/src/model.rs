@@ -424,10 +424,10 @@ fn host_f32<B: Backend, const D: usize>(t: Tensor<B, D>) -> Result<Vec<f32>> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LoadOptions {
     /// On the flex backend, keep every projection and the output head packed in this format
-    /// for the host path (f32 by default: exact; `Bf16` and `Q8_0` round the weights; `Q4` keeps a 4-bit checkpoint's weights exactly and stores any matrix
-    /// that is not 4-bit as Q8_0; `Q8_0A8` and `Q4A8` also round the activations to int8, a
-    /// different model again). `None` runs burn's matmul everywhere. Ignored on other
-    /// backends.
+    /// for the host path (f32 by default: exact; `Bf16` and `Q8_0` round the weights; `Q4`
+    /// keeps a 4-bit checkpoint's weights exactly and stores any matrix that is not 4-bit as
+    /// Q8_0; `Q8_0A8` and `Q4A8` also round the activations to int8, a different model again).
+    /// `None` runs burn's matmul everywhere. Ignored on other backends.
     pub skinny_format: Option<WeightFormat>,
     /// With a packed copy, also keep burn's tensors of the packed projections (the default
     /// drops them: every forward pass of a packed model then runs on the host, in passes of
@@ -565,12 +565,11 @@ pub struct Block<B: Backend> {
 }
 
 impl<B: Backend> Block<B> {
-    /// Whether [`Block::pack`] can read back the exact weights (burn's tensors, or an f32
-    /// packed copy).
-    fn holds_exact_weights(&self) -> bool {
+    /// The seven projections in [`PackedBlock`]'s order: q, k, v, o, gate, up, down.
+    fn projections(&self) -> [&Linear<B>; 7] {
         let a = &self.attention;
         let m = &self.mlp;
-        let kept = [
+        [
             &a.q_proj,
             &a.k_proj,
             &a.v_proj,
@@ -579,8 +578,12 @@ impl<B: Backend> Block<B> {
             &m.up_proj,
             &m.down_proj,
         ]
-        .iter()
-        .all(|l| l.weight.is_some());
+    }
+
+    /// Whether [`Block::pack`] can read back the exact weights (burn's tensors, or an f32
+    /// packed copy).
+    fn holds_exact_weights(&self) -> bool {
+        let kept = self.projections().iter().all(|l| l.weight.is_some());
         kept || self
             .packed
             .as_ref()
@@ -596,16 +599,7 @@ impl<B: Backend> Block<B> {
             return Ok(());
         }
         let a = &self.attention;
-        let m = &self.mlp;
-        let linears = [
-            &a.q_proj,
-            &a.k_proj,
-            &a.v_proj,
-            &a.o_proj,
-            &m.gate_proj,
-            &m.up_proj,
-            &m.down_proj,
-        ];
+        let linears = self.projections();
         let host: [HostProjection; 7] = match &self.packed {
             Some(packed) if linears.iter().any(|l| l.weight.is_none()) => {
                 packed.unstack(a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim)?
