@@ -36,8 +36,9 @@ mod imp {
         const PREFETCH_ONE_ROW: bool;
         /// Registers [`Row::part`] needs besides the widened vector (a mask, a scale).
         const TEMPORARIES: usize = 1;
-        /// Whether a one-row product runs 8 weight rows a tile instead of 4.
-        const EIGHT_ROWS_AT_ONE_ROW: bool = false;
+        /// Whether one or two rows of `x` run as passes of one row over 8 weight rows (the
+        /// second pass finding them in cache) instead of 4-row tiles.
+        const EIGHT_ROW_PASSES: bool = false;
     }
 
     /// How far ahead of a tile its panels' weights are asked for: 4 KB of each panel. Measured
@@ -85,12 +86,15 @@ mod imp {
         // measured 0-7% slower.
         const PREFETCH_ONE_ROW: bool = false;
         const TEMPORARIES: usize = 0;
-        // With 4 accumulators the one-row tile is bound by the FMA latency, and on this
-        // machine that time adds to the streaming time instead of hiding under it: 8
-        // independent sums measured 3.6% faster over a whole model's products streamed from
-        // memory by both cores (SmolLM2- and Qwen 1.5B-shaped, docs/benchmarks.md). The narrow
-        // formats measured 8-10% slower with 8 rows, so they keep 4.
-        const EIGHT_ROWS_AT_ONE_ROW: bool = true;
+        // On this machine the tile's arithmetic adds to the time of streaming the weights
+        // instead of hiding under it, so the tile with the most independent sums per weight
+        // read wins. Over a whole model's products streamed from memory by both cores
+        // (docs/benchmarks.md): one row, 8 × 1 instead of 4 × 1, 3.6% faster (SmolLM2- and
+        // Qwen 1.5B-shaped); two rows, two 8 × 1 passes instead of one 4 × 2 tile, 9% faster
+        // for SmolLM2's shapes (the second pass reads the 18 KB of weights from L1) and level
+        // for the 1.5B's. From three rows on the 2-row tiles win. The narrow formats measured
+        // 8-10% slower at one row with 8 rows, so they keep 4.
+        const EIGHT_ROW_PASSES: bool = true;
 
         #[inline(always)]
         fn part(self, _simd: V3, b: usize, j: usize) -> f32x8 {
@@ -208,11 +212,12 @@ mod imp {
     /// Per vector of a block, the `M` vectors of `x` are loaded once and each widened weight
     /// vector is used `M` times: `RR + M` loads for `RR × M` FMAs, and the `RR × M` accumulators,
     /// `M` vectors of `x` and one of weights fit in the 16 AVX registers for the shapes used
-    /// (4 × 1, 8 × 1 in f32, 4 × 2, 2 × 3, 2 × 4, and 2 × 5 in f32). For 2 × 5 in bf16 and Q8_0 they do not
-    /// (widening needs a mask or a scale too; that tile spilled), so it holds the `RR` widened
-    /// weight vectors instead and reads each vector of `x` where an FMA uses it. Every shape
-    /// does the same operations in the same order for a given output, so a row's bits do not
-    /// depend on the tile. Sums are reduced horizontally once, at the end of the rows.
+    /// (4 × 1, 8 × 1 in f32, 4 × 2, 2 × 3, 2 × 4, and 2 × 5 in f32). For 2 × 5 in bf16 and
+    /// Q8_0 they do not (widening needs a mask or a scale too; that tile spilled), so it holds
+    /// the `RR` widened weight vectors instead and reads each vector of `x` where an FMA uses
+    /// it. Every shape does the same operations in the same order for a given output, so a
+    /// row's bits do not depend on the tile. Sums are reduced horizontally once, at the end of
+    /// the rows.
     // Index loops over the register tile: fixed trip counts the compiler unrolls.
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
@@ -274,8 +279,8 @@ mod imp {
     trait Tiles: Copy {
         type W: Copy;
         type X: Copy;
-        /// Whether a one-row product takes tiles of 8 weight rows (see [`Row`]).
-        const EIGHT_ROWS_AT_ONE_ROW: bool = false;
+        /// Whether one or two rows of `x` run as passes over 8 weight rows (see [`Row`]).
+        const EIGHT_ROW_PASSES: bool = false;
         fn tile<const RR: usize, const M: usize>(
             self,
             simd: V3,
@@ -292,7 +297,7 @@ mod imp {
     impl<'x, W: Row> Tiles for Widened<'x, W> {
         type W = W;
         type X = &'x [[f32x8; 4]];
-        const EIGHT_ROWS_AT_ONE_ROW: bool = W::EIGHT_ROWS_AT_ONE_ROW;
+        const EIGHT_ROW_PASSES: bool = W::EIGHT_ROW_PASSES;
 
         #[inline(always)]
         fn tile<const RR: usize, const M: usize>(
@@ -372,7 +377,7 @@ mod imp {
     }
 
     /// Runs the tiles over weight rows `rows` for every row of `x`: 4 weight rows × 1 or 2 rows
-    /// of `x` for one or two rows (8 × 1 for f32 weights); from three rows on, 2 weight rows (one panel) × up to 4 rows
+    /// of `x` for one or two rows (for f32 weights one 8 × 1 pass a row); from three rows on, 2 weight rows (one panel) × up to 4 rows
     /// of `x` (5 when 5 are left), so each widened weight vector serves several FMAs.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
@@ -388,9 +393,11 @@ mod imp {
     ) {
         let start = rows.start;
         let mut r = rows.start;
-        if m == 1 && T::EIGHT_ROWS_AT_ONE_ROW {
+        if m <= 2 && T::EIGHT_ROW_PASSES {
             while rows.end - r >= 8 {
-                run_rows::<T, 8, 2>(simd, tiles, &row, r, r - start, &x_row, blocks, m, outs);
+                for i in 0..m {
+                    run_tile::<T, 8, 1>(simd, tiles, &row, r, r - start, i, &x_row, blocks, outs);
+                }
                 r += 8;
             }
         }

@@ -12,10 +12,11 @@
 //! at load time, into a [`PackedMatrix`], and each call streams every weight row once for all `M`
 //! rows of `x`:
 //!
-//! - a register tile (4 weight rows × 1 or 2 rows of `x` for one or two rows, 8 × 1 for f32
-//!   weights; from three rows on 2 weight rows × 3, 4 or 5 rows of `x`) accumulates up to 10
-//!   dot products in 8-lane vectors (AVX2 + FMA through `pulp`, detected at run time; a
-//!   scalar loop elsewhere), so each weight loaded from memory is used `M` times;
+//! - a register tile (4 weight rows × 1 or 2 rows of `x` for one or two rows, for f32 weights
+//!   one pass of 8 × 1 a row; from three rows on 2 weight rows × 3, 4 or 5 rows of `x`)
+//!   accumulates up to 10 dot products in 8-lane vectors (AVX2 + FMA through `pulp`, detected
+//!   at run time; a scalar loop elsewhere), so each weight loaded from memory is used `M`
+//!   times (from cache after the first pass);
 //! - tiles ask for their weights 4 KB of a panel ahead (`prefetcht0`; for f32 only from two
 //!   rows of `x` on), which measured faster for Q8_0 and bf16 at every row count;
 //! - the output rows are split into blocks run by the calling thread and helper threads that spin
