@@ -17,7 +17,7 @@
 //!   accumulates up to 10 dot products in 8-lane vectors (AVX2 + FMA through `pulp`, detected
 //!   at run time; a scalar loop elsewhere), so each weight loaded from memory is used `M`
 //!   times (from cache after the first pass);
-//! - tiles ask for their weights 4 KB of a panel ahead (`prefetcht0`; for f32 only from two
+//! - tiles ask for their weights 4 KB of a panel ahead (`prefetcht0`; for f32 only from three
 //!   rows of `x` on), which measured faster for Q8_0 and bf16 at every row count;
 //! - the output rows are split into blocks run by the calling thread and helper threads that spin
 //!   between jobs (`team`; as many threads as rayon's global pool), since a decode step is
@@ -38,7 +38,7 @@
 //!
 //! Layouts: each row is padded with zeros to a multiple of 32 columns (one block), and rows are
 //! stored in panels of 2, block by block (block `b` of rows `2p` and `2p + 1`, then block
-//! `b + 1`, …), so the weight rows a tile reads come from one or two sequential streams instead
+//! `b + 1`, …), so the weight rows a tile reads come from one to four sequential streams instead
 //! of one short stream per row; within a block:
 //! - f32: the row as is;
 //! - bf16: chunks of 16 weights in 8 `u32` words; word `l` holds weight `l` in its high half and
