@@ -566,7 +566,7 @@ pub struct Block<B: Backend> {
 
 impl<B: Backend> Block<B> {
     /// The seven projections in [`PackedBlock`]'s order: q, k, v, o, gate, up, down.
-    fn projections(&self) -> [&Linear<B>; 7] {
+    pub fn projections(&self) -> [&Linear<B>; 7] {
         let a = &self.attention;
         let m = &self.mlp;
         [

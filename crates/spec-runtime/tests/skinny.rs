@@ -64,6 +64,15 @@ fn logits(model: &Transformer<Flex>, tokens: &[u32], chunk: usize) -> Vec<f32> {
     out
 }
 
+/// Asserts `got` within `tolerance` of `want`, relative to `want`'s largest magnitude (or 1).
+fn assert_close(got: &[f32], want: &[f32], tolerance: f32, what: &str) {
+    let (diff, scale) = max_diff(got, want);
+    assert!(
+        diff <= tolerance * scale.max(1.0),
+        "{what}: max |Δ| {diff} (max |value| {scale})"
+    );
+}
+
 fn max_diff(a: &[f32], b: &[f32]) -> (f32, f32) {
     assert_eq!(a.len(), b.len());
     let diff = a
@@ -99,21 +108,18 @@ fn f32_skinny_path_matches_burn() {
         let burn = logits(&model(arch, None), &tokens, 4);
         let skinny = model(arch, Some(WeightFormat::F32));
         for chunk in [1, 3, 4, SKINNY_MAX_ROWS] {
-            let (diff, scale) = max_diff(&logits(&skinny, &tokens, chunk), &burn);
-            assert!(
-                diff <= 1e-4 * scale.max(1.0),
-                "{arch:?} chunks of {chunk}: max |Δ| {diff} (max |logit| {scale})"
+            assert_close(
+                &logits(&skinny, &tokens, chunk),
+                &burn,
+                1e-4,
+                &format!("{arch:?} chunks of {chunk}"),
             );
         }
         // Over 16 rows too the packed model runs on the host (in passes of 16), close to
         // burn's result and not equal to it (rounding differs between the paths).
         let long = logits(&skinny, &tokens, 24);
         let burn_long = logits(&model(arch, None), &tokens, 24);
-        let (diff, scale) = max_diff(&long, &burn_long);
-        assert!(
-            diff <= 1e-4 * scale.max(1.0),
-            "{arch:?} one pass of 24: max |Δ| {diff} (max |logit| {scale})"
-        );
+        assert_close(&long, &burn_long, 1e-4, &format!("{arch:?} one pass of 24"));
         assert_ne!(long, burn_long, "{arch:?}: 24 rows ran through burn");
     }
 }
@@ -123,17 +129,7 @@ fn a_packed_model_holds_its_projections_once() {
     for arch in [Architecture::Llama, Architecture::Qwen2] {
         let packed = model(arch, Some(WeightFormat::F32));
         for block in &packed.blocks {
-            let a = &block.attention;
-            let m = &block.mlp;
-            for linear in [
-                &a.q_proj,
-                &a.k_proj,
-                &a.v_proj,
-                &a.o_proj,
-                &m.gate_proj,
-                &m.up_proj,
-                &m.down_proj,
-            ] {
+            for linear in block.projections() {
                 assert!(linear.weight.is_none() && linear.bias.is_none(), "{arch:?}");
             }
         }
@@ -271,11 +267,7 @@ fn a_branch_of_a_long_tree_scores_as_its_chain() {
             .unwrap()
             .logits
             .unwrap();
-        let (diff, scale) = max_diff(&on_branch, &read(chain));
-        assert!(
-            diff <= 1e-5 * scale.max(1.0),
-            "{arch:?}: max |Δ| {diff} (max |logit| {scale})"
-        );
+        assert_close(&on_branch, &read(chain), 1e-5, &format!("{arch:?}"));
     }
 }
 
@@ -284,11 +276,7 @@ fn long_trees_hidden_states_and_all_logits_match_burn() {
     for arch in [Architecture::Llama, Architecture::Qwen2] {
         let burn = long_requests(&model(arch, None));
         let host = long_requests(&model(arch, Some(WeightFormat::F32)));
-        let (diff, scale) = max_diff(&host, &burn);
-        assert!(
-            diff <= 1e-4 * scale.max(1.0),
-            "{arch:?}: max |Δ| {diff} (max |value| {scale})"
-        );
+        assert_close(&host, &burn, 1e-4, &format!("{arch:?}"));
         assert_ne!(host, burn, "{arch:?}: nothing ran on the host");
     }
 }
@@ -372,11 +360,7 @@ fn long_prompts_run_in_host_passes_that_match_one_burn_pass() {
             ("hidden states", &hidden, &burn_hidden),
             ("next step's logits", &step, &burn_step),
         ] {
-            let (diff, scale) = max_diff(got, want);
-            assert!(
-                diff <= 1e-4 * scale.max(1.0),
-                "{arch:?} {what}: max |Δ| {diff} (max |value| {scale})"
-            );
+            assert_close(got, want, 1e-4, &format!("{arch:?} {what}"));
         }
         // Rounding differs between the paths, so a bit-for-bit match would mean the packed
         // model did not take the host passes.
@@ -482,11 +466,7 @@ fn host_path_matches_burn_on_trees_kept_paths_and_layer_ranges() {
     for arch in [Architecture::Llama, Architecture::Qwen2] {
         let burn = tree_and_ranges(&model(arch, None));
         let host = tree_and_ranges(&model(arch, Some(WeightFormat::F32)));
-        let (diff, scale) = max_diff(&host, &burn);
-        assert!(
-            diff <= 1e-4 * scale.max(1.0),
-            "{arch:?}: max |Δ| {diff} (max |value| {scale})"
-        );
+        assert_close(&host, &burn, 1e-4, &format!("{arch:?}"));
     }
 }
 
