@@ -41,7 +41,9 @@ pub struct Linear<B: Backend> {
     pub skinny: Option<Arc<SkinnyLinear>>,
 }
 
-/// Inputs of at most this many rows take a [`Linear`]'s skinny path (when it has one).
+/// Inputs of at most this many rows take a [`Linear`]'s skinny path when it also holds burn's
+/// weights (without them every input does); the host path runs longer requests in passes of
+/// this many rows where the attention pattern allows.
 pub const SKINNY_MAX_ROWS: usize = 16;
 
 /// A projection's weights (and bias) on the host, packed for the skinny product.
