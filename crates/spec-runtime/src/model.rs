@@ -353,8 +353,9 @@ impl<B: Backend> Linear<B> {
     /// `[n, in] -> [n, out]`.
     ///
     /// # Panics
-    /// When neither burn's weights nor a packed copy of its own are held (a projection of a
-    /// packed block loaded without [`LoadOptions::keep_unpacked`]; the block runs it).
+    /// On an input of the wrong width (as burn's matmul does), and when neither burn's weights
+    /// nor a packed copy of its own are held (a projection of a packed block loaded without
+    /// [`LoadOptions::keep_unpacked`]; the block runs it).
     pub fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
         if let Some(skinny) = &self.skinny
             && (x.dims()[0] <= SKINNY_MAX_ROWS || self.weight.is_none())
@@ -362,32 +363,24 @@ impl<B: Backend> Linear<B> {
         {
             return y;
         }
-        let (weight, bias) = match (&self.weight, &self.skinny) {
-            (Some(weight), _) => (weight.val(), self.bias.as_ref().map(Param::val)),
-            // Only the packed copy is held and it could not take `x` as is: its stored
-            // weights through burn, which reports a shape mismatch as it always does.
-            (None, Some(skinny)) => {
-                let device = x.device();
-                let m = &skinny.matrix;
-                let weight = Tensor::from_data(
-                    TensorData::new(m.dequantize(), [m.rows(), m.cols()]),
-                    &device,
-                );
-                let bias = skinny
-                    .bias
-                    .as_ref()
-                    .map(|b| Tensor::from_data(TensorData::new(b.clone(), [b.len()]), &device));
-                (weight, bias)
+        let Some(weight) = &self.weight else {
+            // The packed copy takes every float input of its width.
+            match &self.skinny {
+                Some(skinny) => panic!(
+                    "an input of {} features for a projection of {}",
+                    x.dims()[1],
+                    skinny.matrix.cols()
+                ),
+                None => panic!(
+                    "this projection's weights are held by its block's packed copy only \
+                     (loaded without LoadOptions::keep_unpacked); run the block through \
+                     Transformer::forward"
+                ),
             }
-            (None, None) => panic!(
-                "this projection's weights are held by its block's packed copy only \
-                 (loaded without LoadOptions::keep_unpacked); run the block through \
-                 Transformer::forward"
-            ),
         };
-        let y = matmul(x, weight.transpose());
-        match bias {
-            Some(b) => y + b.unsqueeze::<2>(),
+        let y = matmul(x, weight.val().transpose());
+        match &self.bias {
+            Some(b) => y + b.val().unsqueeze::<2>(),
             None => y,
         }
     }

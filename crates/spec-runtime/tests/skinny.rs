@@ -7,9 +7,10 @@
 
 use burn::backend::Flex;
 use burn::tensor::Tensor;
-use spec_runtime::model::{LoadOptions, SKINNY_MAX_ROWS, WeightFormat};
+use spec_core::tree::TokenTree;
+use spec_runtime::model::{ForwardOutput, LoadOptions, SKINNY_MAX_ROWS, WeightFormat};
 use spec_runtime::{
-    Architecture, ForwardRequest, LogitRows, ModelConfig, RandomSource, Transformer,
+    Architecture, ForwardRequest, KvCache, LogitRows, ModelConfig, RandomSource, Transformer,
 };
 
 fn config(architecture: Architecture) -> ModelConfig {
@@ -158,40 +159,59 @@ fn a_packed_model_holds_its_projections_once() {
     }
 }
 
+/// A tree of 20 tokens: two branches of 9 and 10 under the root, pushed alternately (so in
+/// topological order, and over 16 tokens: passes of 16 and 4). Also returns the longer branch,
+/// root first.
+fn two_branch_tree() -> (TokenTree, Vec<usize>) {
+    let mut tree = TokenTree::new(3);
+    let (mut a, mut b) = (0, 0);
+    let mut branch = vec![0];
+    for i in 0..10u32 {
+        if i < 9 {
+            a = tree.push(a, (i * 5 + 1) % 67).unwrap();
+        }
+        b = tree.push(b, (i * 3 + 7) % 67).unwrap();
+        branch.push(b);
+    }
+    assert_eq!(tree.tokens().len(), 20);
+    (tree, branch)
+}
+
+/// `tree` after what `cache` holds: its ancestor mask and positions, `logits` and the hidden
+/// states after `hidden_after`.
+fn run_tree(
+    model: &Transformer<Flex>,
+    tree: &TokenTree,
+    cache: &mut KvCache<Flex>,
+    logits: LogitRows,
+    hidden_after: Vec<usize>,
+) -> ForwardOutput<Flex> {
+    let mask = tree.ancestor_mask();
+    let positions = tree.positions(cache.len());
+    model
+        .forward(
+            ForwardRequest::tokens(tree.tokens())
+                .positions(&positions)
+                .mask(&mask)
+                .logits(logits)
+                .hidden_after(hidden_after),
+            cache,
+        )
+        .unwrap()
+}
+
 /// A tree of 20 new tokens (over 16: passes of 16 and 4), all their logits, the hidden state
 /// after each layer, then 18 tokens that all attend to each other (a mask that cannot be split,
 /// one pass), and the output head applied to 20 rows directly.
 fn long_requests(model: &Transformer<Flex>) -> Vec<f32> {
-    use spec_core::tree::TokenTree;
     let read = |t: Tensor<Flex, 2>| t.into_data().to_vec::<f32>().unwrap();
     let prompt: Vec<u32> = (0..5).map(|i| (i * 11 + 2) % 67).collect();
     let mut cache = model.new_cache(64);
     model
         .forward(ForwardRequest::tokens(&prompt), &mut cache)
         .unwrap();
-    let base = cache.len();
-    let mut tree = TokenTree::new(3);
-    // Two branches of 9 and 10 tokens under the root.
-    let (mut a, mut b) = (0, 0);
-    for i in 0..10u32 {
-        if i < 9 {
-            a = tree.push(a, (i * 5 + 1) % 67).unwrap();
-        }
-        b = tree.push(b, (i * 3 + 7) % 67).unwrap();
-    }
-    assert_eq!(tree.tokens().len(), 20);
-    let mask = tree.ancestor_mask();
-    let positions = tree.positions(base);
-    let step = model
-        .forward(
-            ForwardRequest::tokens(tree.tokens())
-                .positions(&positions)
-                .mask(&mask)
-                .logits(LogitRows::All)
-                .hidden_after(vec![0, 1, 2]),
-            &mut cache,
-        )
-        .unwrap();
+    let (tree, _) = two_branch_tree();
+    let step = run_tree(model, &tree, &mut cache, LogitRows::All, vec![0, 1, 2]);
     let mut out = read(step.logits.unwrap());
     for h in step.hidden {
         out.extend(read(h));
@@ -216,7 +236,6 @@ fn long_requests(model: &Transformer<Flex>) -> Vec<f32> {
 /// equal those of the branch decoded as a plain chain after the same prompt.
 #[test]
 fn a_branch_of_a_long_tree_scores_as_its_chain() {
-    use spec_core::tree::TokenTree;
     let read = |t: Tensor<Flex, 2>| t.into_data().to_vec::<f32>().unwrap();
     let vocab = 67;
     for arch in [Architecture::Llama, Architecture::Qwen2] {
@@ -226,30 +245,9 @@ fn a_branch_of_a_long_tree_scores_as_its_chain() {
         model
             .forward(ForwardRequest::tokens(&prompt), &mut cache)
             .unwrap();
-        let mut tree = TokenTree::new(3);
-        let (mut a, mut b) = (0, 0);
-        let mut branch = vec![0];
-        for i in 0..10u32 {
-            if i < 9 {
-                a = tree.push(a, (i * 5 + 1) % 67).unwrap();
-            }
-            b = tree.push(b, (i * 3 + 7) % 67).unwrap();
-            branch.push(b);
-        }
-        let mask = tree.ancestor_mask();
-        let positions = tree.positions(cache.len());
-        let logits = model
-            .forward(
-                ForwardRequest::tokens(tree.tokens())
-                    .positions(&positions)
-                    .mask(&mask)
-                    .logits(LogitRows::All),
-                &mut cache,
-            )
-            .unwrap()
-            .logits
-            .unwrap();
-        let logits = read(logits);
+        let (tree, branch) = two_branch_tree();
+        let step = run_tree(&model, &tree, &mut cache, LogitRows::All, Vec::new());
+        let logits = read(step.logits.unwrap());
         let on_branch: Vec<f32> = branch
             .iter()
             .flat_map(|&node| logits[node * vocab..(node + 1) * vocab].to_vec())
@@ -406,7 +404,6 @@ fn narrow_formats_are_close_but_not_exact() {
 /// One run of a prompt, a token tree after it, the kept path and a layer-range pass, returning
 /// every logit and hidden state it produced.
 fn tree_and_ranges(model: &Transformer<Flex>) -> Vec<f32> {
-    use spec_core::tree::TokenTree;
     use spec_runtime::Input;
     let read = |t: Tensor<Flex, 2>| t.into_data().to_vec::<f32>().unwrap();
     let prompt: Vec<u32> = (0..9).map(|i| (i * 11 + 2) % 67).collect();
@@ -421,18 +418,13 @@ fn tree_and_ranges(model: &Transformer<Flex>) -> Vec<f32> {
     let b = tree.push(0, 27).unwrap();
     let a1 = tree.push(a, 50).unwrap();
     tree.push(b, 19).unwrap();
-    let mask = tree.ancestor_mask();
-    let positions = tree.positions(base);
-    let step = model
-        .forward(
-            ForwardRequest::tokens(tree.tokens())
-                .positions(&positions)
-                .mask(&mask)
-                .logits(LogitRows::Rows(vec![3, 0]))
-                .hidden_after(vec![1]),
-            &mut cache,
-        )
-        .unwrap();
+    let step = run_tree(
+        model,
+        &tree,
+        &mut cache,
+        LogitRows::Rows(vec![3, 0]),
+        vec![1],
+    );
     out.extend(read(step.logits.unwrap()));
     out.extend(read(step.hidden[0].clone()));
     cache.keep_path(base, &[0, a, a1]).unwrap();
