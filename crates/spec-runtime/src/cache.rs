@@ -15,6 +15,15 @@ use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
 use crate::error::{Result, RuntimeError};
 use crate::model::is_flex;
 
+/// Device backends attend over key counts that are multiples of this (see
+/// [`KvCache::attended_len`]): cubek's matmul autotune keys stop at a power-of-two factor of 16.
+pub(crate) const ATTENDED_MULTIPLE: usize = 16;
+
+/// `len` rounded up to a multiple of [`ATTENDED_MULTIPLE`], at most `capacity`.
+fn padded_len(len: usize, capacity: usize) -> usize {
+    len.next_multiple_of(ATTENDED_MULTIPLE).min(capacity)
+}
+
 /// One layer's keys and values `[kv_heads, capacity, head_dim]`.
 #[derive(Debug, Clone)]
 enum Rows<B: Backend> {
@@ -120,6 +129,20 @@ impl<B: Backend> KvCache<B> {
             .all(|l| matches!(l.rows, Rows::Host { .. }))
     }
 
+    /// Key positions burn's attention reads when `len` are valid: `len` on the host, and on
+    /// device backends `len` rounded up to a multiple of [`ATTENDED_MULTIPLE`] (at most the
+    /// capacity), the rows past `len` masked out by the caller. Why: cubecl autotunes a matmul
+    /// per shape class, and the class of `weights · values` includes the largest power of two
+    /// dividing the key count, so an exact count made it autotune again at most steps of a
+    /// generation (seen on wgpu; on an H100 the GPU sat idle most of a fresh generation).
+    pub(crate) fn attended_len(&self, len: usize) -> usize {
+        if self.is_host() {
+            len
+        } else {
+            padded_len(len, self.capacity)
+        }
+    }
+
     /// `(kv_heads, head_dim)`.
     pub(crate) fn head_shape(&self) -> (usize, usize) {
         (self.kv_heads, self.head_dim)
@@ -216,8 +239,9 @@ impl<B: Backend> KvCache<B> {
         Ok(())
     }
 
-    /// Writes `keys`/`values` `[kv_heads, n, head_dim]` at the end of `layer` and returns every
-    /// valid key and value `[kv_heads, len + n, head_dim]`.
+    /// Writes `keys`/`values` `[kv_heads, n, head_dim]` at the end of `layer` and returns the
+    /// keys and values attention reads, `[kv_heads, attended_len(len + n), head_dim]`: every
+    /// valid one, then on device backends stale or zero rows that the caller must mask.
     pub(crate) fn append(
         &mut self,
         layer: usize,
@@ -277,7 +301,7 @@ impl<B: Backend> KvCache<B> {
                         return Err(RuntimeError::InvalidRequest("cache slot missing".into()));
                     };
                     let t = t.slice_assign([0..kv_heads, start..end, 0..head_dim], new);
-                    out.push(t.clone().narrow(1, 0, end));
+                    out.push(t.clone().narrow(1, 0, padded_len(end, capacity)));
                     *slot = Some(t);
                 }
                 out

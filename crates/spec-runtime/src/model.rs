@@ -476,7 +476,8 @@ pub(crate) struct AttentionContext<B: Backend> {
     /// `[n, head_dim / 2]` rotary angles of the new tokens' positions.
     cos: Tensor<B, 2>,
     sin: Tensor<B, 2>,
-    /// `[n, cached + n]`: 0 where a new token may attend, -inf elsewhere.
+    /// `[n, attended]` (see `KvCache::attended_len`): 0 where a new token may attend, -inf
+    /// elsewhere, the columns past `cached + n` included.
     bias: Tensor<B, 2>,
 }
 
@@ -1087,13 +1088,15 @@ impl<B: Backend> Transformer<B> {
             return self.forward_host(x, &packed, pass, cache);
         }
 
-        let bias = attention_bias(n, cached, request.attention)?;
-        let (cos, sin) = self.rope_rows(&positions);
         let total = cached + n;
+        let attended = cache.attended_len(total);
+        let bias = attention_bias(n, cached, request.attention)?;
+        let bias = pad_columns(bias, total, attended);
+        let (cos, sin) = self.rope_rows(&positions);
         let context = AttentionContext {
             cos,
             sin,
-            bias: Tensor::from_data(TensorData::new(bias, [n, total]), &device),
+            bias: Tensor::from_data(TensorData::new(bias, [n, attended]), &device),
         };
         let mut hidden = Vec::new();
         let mut x = x;
@@ -1311,6 +1314,19 @@ fn bias_rows(n: usize, cached: usize, rows: Range<usize>, attention: NewTokens<'
         }
     }
     bias
+}
+
+/// Rows of `width` columns widened to `padded`, the new columns -inf (positions that do not exist).
+fn pad_columns(rows: Vec<f32>, width: usize, padded: usize) -> Vec<f32> {
+    if padded == width || width == 0 {
+        return rows;
+    }
+    let mut out = Vec::with_capacity(rows.len() / width * padded);
+    for row in rows.chunks_exact(width) {
+        out.extend_from_slice(row);
+        out.resize(out.len() + padded - width, f32::NEG_INFINITY);
+    }
+    out
 }
 
 /// `cos` and `sin` of `position · θ^(−2i/d)` for every position of the context, computed in f64.
