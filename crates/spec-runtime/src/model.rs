@@ -1090,8 +1090,7 @@ impl<B: Backend> Transformer<B> {
 
         let total = cached + n;
         let attended = cache.attended_len(total);
-        let bias = attention_bias(n, cached, request.attention)?;
-        let bias = pad_columns(bias, total, attended);
+        let bias = attention_bias(n, cached, request.attention, attended)?;
         let (cos, sin) = self.rope_rows(&positions);
         let context = AttentionContext {
             cos,
@@ -1168,7 +1167,13 @@ impl<B: Backend> Transformer<B> {
         let mut start = 0;
         while start < n {
             let end = (start + chunk).min(n);
-            let bias = bias_rows(n, pass.cached, start..end, pass.attention);
+            let bias = bias_rows(
+                n,
+                pass.cached,
+                start..end,
+                pass.attention,
+                pass.cached + end,
+            );
             let (cos, sin) = self.rope_rows(&pass.positions[start..end]);
             let (cos, sin) = (host_f32(cos)?, host_f32(sin)?);
             let step = HostStep {
@@ -1289,20 +1294,36 @@ fn attends_only_backwards(n: usize, attention: NewTokens<'_>) -> bool {
     }
 }
 
-/// The attention bias `[n, cached + n]` of `n` new tokens after `cached` positions: 0 where a
-/// new token may attend, -inf elsewhere.
-fn attention_bias(n: usize, cached: usize, attention: NewTokens<'_>) -> Result<Vec<f32>> {
+/// The attention bias `[n, width]` of `n` new tokens after `cached` positions (`width` at
+/// least `cached + n`): 0 where a new token may attend, -inf elsewhere.
+fn attention_bias(
+    n: usize,
+    cached: usize,
+    attention: NewTokens<'_>,
+    width: usize,
+) -> Result<Vec<f32>> {
     check_mask(n, attention)?;
-    Ok(bias_rows(n, cached, 0..n, attention))
+    Ok(bias_rows(n, cached, 0..n, attention, width))
 }
 
-/// Rows `rows` of the attention bias of `n` new tokens after `cached` positions, over the
-/// positions up to the last of them: `[rows.len(), cached + rows.end]`. The mask (if any) is
-/// checked already.
-fn bias_rows(n: usize, cached: usize, rows: Range<usize>, attention: NewTokens<'_>) -> Vec<f32> {
-    let total = cached + rows.end;
-    let mut bias = vec![0.0f32; rows.len() * total];
-    for (out, i) in bias.chunks_exact_mut(total).zip(rows.clone()) {
+/// Rows `rows` of the attention bias of `n` new tokens after `cached` positions,
+/// `[rows.len(), width]`: columns from `cached + rows.end` on (positions later than the last
+/// of these rows, or padding past the cache's end) are -inf. The mask (if any) is checked
+/// already.
+fn bias_rows(
+    n: usize,
+    cached: usize,
+    rows: Range<usize>,
+    attention: NewTokens<'_>,
+    width: usize,
+) -> Vec<f32> {
+    let visible_end = cached + rows.end;
+    debug_assert!(width >= visible_end);
+    let mut bias = vec![0.0f32; rows.len() * width];
+    if width == 0 {
+        return bias;
+    }
+    for (out, i) in bias.chunks_exact_mut(width).zip(rows.clone()) {
         for j in 0..rows.end {
             let visible = match attention {
                 NewTokens::Causal => j <= i,
@@ -1312,21 +1333,9 @@ fn bias_rows(n: usize, cached: usize, rows: Range<usize>, attention: NewTokens<'
                 out[cached + j] = f32::NEG_INFINITY;
             }
         }
+        out[visible_end..].fill(f32::NEG_INFINITY);
     }
     bias
-}
-
-/// Rows of `width` columns widened to `padded`, the new columns -inf (positions that do not exist).
-fn pad_columns(rows: Vec<f32>, width: usize, padded: usize) -> Vec<f32> {
-    if padded == width || width == 0 {
-        return rows;
-    }
-    let mut out = Vec::with_capacity(rows.len() / width * padded);
-    for row in rows.chunks_exact(width) {
-        out.extend_from_slice(row);
-        out.resize(out.len() + padded - width, f32::NEG_INFINITY);
-    }
-    out
 }
 
 /// `cos` and `sin` of `position · θ^(−2i/d)` for every position of the context, computed in f64.

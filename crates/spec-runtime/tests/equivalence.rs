@@ -6,12 +6,16 @@
 // Test helpers outside #[test] functions unwrap too; a failure there is a test failure.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::needless_range_loop)]
 
+mod common;
+
 use burn::tensor::{Tensor, backend::Backend};
 use spec_core::tree::TokenTree;
 use spec_runtime::{
     Architecture, ForwardRequest, Input, LogitRows, ModelConfig, RandomSource, RuntimeError,
     Transformer,
 };
+
+use common::*;
 
 fn config(architecture: Architecture) -> ModelConfig {
     ModelConfig {
@@ -41,29 +45,6 @@ fn rows<B: Backend>(t: Tensor<B, 2>) -> Vec<Vec<f32>> {
     let [r, c] = t.dims();
     let data: Vec<f32> = t.into_data().convert::<f32>().to_vec().unwrap();
     (0..r).map(|i| data[i * c..(i + 1) * c].to_vec()).collect()
-}
-
-/// Relative error allowed where nothing says otherwise (flex, wgpu): f32 rounding of the same
-/// sums taken in another order.
-const F32_TOLERANCE: f32 = 1e-4;
-
-/// On cuda, burn's matmul (cubek 0.2) runs f32 products on tensor cores in TF32 (10-bit
-/// mantissa, unit roundoff 2⁻¹¹ ≈ 4.9e-4) where the GPU has them: an H100 gave relative errors up
-/// to 1.1e-3 between these computations (2026-11-24). 4e-3 leaves room for that and still fails
-/// on a wrong mask or position, which moves logits by tens of percent.
-#[cfg(feature = "cuda")]
-const TF32_TOLERANCE: f32 = 4e-3;
-
-/// max |a − b| / max |b| over the row, at most `tolerance`.
-fn assert_close(a: &[f32], b: &[f32], tolerance: f32, what: &str) {
-    assert_eq!(a.len(), b.len(), "{what}: lengths");
-    let scale = b.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-6);
-    let err = a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
-    assert!(
-        err / scale <= tolerance,
-        "{what}: relative error {} (max abs diff {err}, scale {scale})",
-        err / scale
-    );
 }
 
 const PROMPT: [u32; 5] = [3, 17, 42, 8, 60];

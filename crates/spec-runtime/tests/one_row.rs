@@ -5,9 +5,13 @@
 // Test helpers outside #[test] functions unwrap too; a failure there is a test failure.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use burn::backend::Flex;
 use burn::tensor::{Tensor, TensorData, activation, backend::Backend};
 use spec_runtime::{Architecture, ForwardRequest, ModelConfig, RandomSource, Transformer};
+
+use common::*;
 
 /// Deterministic values in [-0.5, 0.5).
 fn tensor<B: Backend>(shape: [usize; 2], seed: u64, device: &B::Device) -> Tensor<B, 2> {
@@ -25,33 +29,6 @@ fn tensor<B: Backend>(shape: [usize; 2], seed: u64, device: &B::Device) -> Tenso
 
 fn host<B: Backend>(t: Tensor<B, 2>) -> Vec<f32> {
     t.into_data().convert::<f32>().to_vec().unwrap()
-}
-
-/// Relative error allowed on wgpu: f32 rounding of the same sums taken in another order.
-#[cfg(feature = "wgpu")]
-const F32_TOLERANCE: f32 = 1e-4;
-
-/// On cuda, burn's matmul (cubek 0.2) runs f32 products on tensor cores in TF32 (10-bit
-/// mantissa, unit roundoff 2⁻¹¹ ≈ 4.9e-4) where the GPU has them: on an H100 (2026-11-24) these
-/// tests were off flex by 6.1e-4 relative in logits (the first step; they stopped there) and
-/// 3.5e-4 in the product. The misread weight this file guards against is off by the size of the
-/// values themselves.
-#[cfg(feature = "cuda")]
-const TF32_TOLERANCE: f32 = 4e-3;
-
-/// max |got − want| / max |want|, at most `tolerance`.
-fn assert_close(got: &[f32], want: &[f32], tolerance: f32, what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: lengths");
-    let scale = want.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-6);
-    let err = got
-        .iter()
-        .zip(want)
-        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-    assert!(
-        err / scale <= tolerance,
-        "{what}: relative error {} from flex (max abs diff {err}, scale {scale})",
-        err / scale
-    );
 }
 
 /// A SwiGLU block on `rows` rows with `[out, in]` weights used transposed, as `Linear` does.
