@@ -36,8 +36,17 @@ fn isa_name(isa: Isa) -> &'static str {
 fn ops(c: &mut Criterion) {
     let mut group = c.benchmark_group("attention");
     for (model, heads, kv_heads, d, _) in MODELS {
-        // A decode step and a K = 4 verification, after 128 and 512 cached tokens.
-        for (rows, cached) in [(1, 128), (5, 128), (1, 512)] {
+        // A decode step and a K = 4 verification after 128 cached tokens; one row after 512;
+        // one, two and five after 1024 (a long prompt: a kv head's keys and values together
+        // outgrow L2).
+        for (rows, cached) in [
+            (1, 128),
+            (5, 128),
+            (1, 512),
+            (1, 1024),
+            (2, 1024),
+            (5, 1024),
+        ] {
             let total = cached + rows;
             let shape = AttentionShape {
                 rows,

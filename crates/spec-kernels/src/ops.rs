@@ -212,36 +212,91 @@ trait Lanes: Copy {
     fn silu_mul(self, gate: &[f32], up: &[f32], out: &mut [f32]);
 }
 
+/// Bytes of keys (or values) one block of positions holds: every query of a part reads the
+/// block while it is in L1, so a long context comes from L2 or L3 once a part rather than once
+/// a (head, row) pair.
+const KV_BLOCK_BYTES: usize = 16 * 1024;
+
+/// Positions in one block of [`KV_BLOCK_BYTES`] for head dimension `d`: a multiple of 8 (the
+/// SIMD scores' key block), so that only the last block of a context has a partial one.
+fn kv_block_positions(d: usize) -> usize {
+    (KV_BLOCK_BYTES / (4 * d.max(1)) / 8 * 8).max(8)
+}
+
+/// The blocks of `block` positions that cover `0..total`; a remainder of fewer than 8 joins the
+/// block before it, so that the SIMD scores never pad a block of keys with zeros (which
+/// allocates) unless the whole context has fewer than 8 positions.
+fn kv_blocks(total: usize, block: usize) -> impl Iterator<Item = Range<usize>> {
+    let mut start = 0;
+    std::iter::from_fn(move || {
+        if start >= total {
+            return None;
+        }
+        let end = if total - start < block + 8 {
+            total
+        } else {
+            start + block
+        };
+        let range = start..end;
+        start = end;
+        Some(range)
+    })
+}
+
 /// Query heads `heads` (sharing one kv head) of every row into `out` `[heads, rows, head_dim]`
-/// (zeroed); the kv head's keys and values stay in cache from one (head, row) pair to the next.
+/// (zeroed). Keys and values are walked a block of positions at a time, each block serving
+/// every (head, row) pair before the next is read. Each pair's arithmetic is the same, in the
+/// same order, as when it runs alone: a score depends only on its query and key, and the
+/// weighted sum accumulates into `out` position by position across blocks.
 #[inline(always)]
 fn attend_heads<L: Lanes>(lanes: L, x: &Inputs<'_>, heads: Range<usize>, out: &mut [f32]) {
     let s = x.s;
     let (d, n, total) = (s.head_dim, s.rows, s.total);
+    if total == 0 {
+        // Nothing to attend: the output stays zero.
+        return;
+    }
     let kv = heads.start / (s.heads / s.kv_heads);
     let keys = &x.keys[kv * s.capacity * d..(kv * s.capacity + total) * d];
     let values = &x.values[kv * s.capacity * d..(kv * s.capacity + total) * d];
     let scale = 1.0 / (d as f32).sqrt();
-    let mut scores = vec![0.0f32; total];
-    // Pair (head k, row i) writes `out`'s row k · n + i.
-    for (p, out_row) in out.chunks_exact_mut(d).enumerate() {
-        let (k, i) = (p / n, p % n);
-        let at = i * x.q_stride + (heads.start + k) * d;
-        lanes.scores(&x.q[at..at + d], keys, d, &mut scores);
-        let bias = &x.bias[i * total..(i + 1) * total];
+    let block = kv_block_positions(d);
+    // Pair p = (head k, row i), k = p / n, i = p % n, writes `out`'s row p.
+    let pairs = out.len() / d.max(1);
+    let query = |p: usize| {
+        let at = (p % n) * x.q_stride + (heads.start + p / n) * d;
+        &x.q[at..at + d]
+    };
+    let mut scores = vec![0.0f32; pairs * total];
+    for Range { start, end } in kv_blocks(total, block) {
+        for (p, row) in scores.chunks_exact_mut(total).enumerate() {
+            lanes.scores(query(p), &keys[start * d..end * d], d, &mut row[start..end]);
+        }
+    }
+    for (p, row) in scores.chunks_exact_mut(total).enumerate() {
+        let bias = &x.bias[(p % n) * total..(p % n + 1) * total];
         let mut max = f32::NEG_INFINITY;
-        for (score, &b) in scores.iter_mut().zip(bias) {
+        for (score, &b) in row.iter_mut().zip(bias) {
             *score = *score * scale + b;
             max = max.max(*score);
         }
-        lanes.exp_shifted(&mut scores, max);
+        lanes.exp_shifted(row, max);
         // In position order, so that masked positions (exact zeros) change nothing.
-        let sum: f32 = scores.iter().sum();
+        let sum: f32 = row.iter().sum();
         let inv = 1.0 / sum;
-        for w in &mut scores {
+        for w in row.iter_mut() {
             *w *= inv;
         }
-        lanes.weighted_sum(&scores, values, d, out_row);
+    }
+    for Range { start, end } in kv_blocks(total, block) {
+        for (weights, out_row) in scores.chunks_exact(total).zip(out.chunks_exact_mut(d)) {
+            lanes.weighted_sum(
+                &weights[start..end],
+                &values[start * d..end * d],
+                d,
+                out_row,
+            );
+        }
     }
 }
 
@@ -671,18 +726,19 @@ mod tests {
     fn a_row_ignores_other_rows_and_masked_positions() {
         let (heads, kv_heads, d) = (6, 2, 64);
         let width = heads * d;
-        let cached = 45;
-        for isa in ISAS {
+        // 45 positions fit one block of keys; 150 take three (64 positions a block at d = 64),
+        // with the inserted masked positions moving keys across block boundaries.
+        for (cached, isa) in [45, 150].into_iter().flat_map(|c| ISAS.map(|isa| (c, isa))) {
             // One row alone over `cached + 1` positions.
-            let keys = values(kv_heads * 64 * d, 4);
-            let vals = values(kv_heads * 64 * d, 5);
+            let keys = values(kv_heads * (cached + 1) * d, 4);
+            let vals = values(kv_heads * (cached + 1) * d, 5);
             let q = values(width, 6);
             let alone = AttentionShape {
                 rows: 1,
                 heads,
                 kv_heads,
                 head_dim: d,
-                capacity: 64,
+                capacity: cached + 1,
                 total: cached + 1,
             };
             let want = attention_with(&q, width, &keys, &vals, alone, &vec![0.0; cached + 1], isa)
@@ -690,7 +746,7 @@ mod tests {
 
             // The same row second of three, with three masked positions put in among the
             // cached ones and the other rows' positions after its own.
-            let inserted = [0usize, 17, 30];
+            let inserted = [0usize, 17, cached - 15];
             let total = cached + 3 + 3;
             let capacity = total;
             let mut keys2 = vec![0.0f32; kv_heads * capacity * d];
@@ -701,7 +757,7 @@ mod tests {
                 let masked_for_row = inserted.contains(&j) || j == cached + 3 || j == cached + 5;
                 if !inserted.contains(&j) && j != cached + 3 && j != cached + 5 {
                     for kv in 0..kv_heads {
-                        let (to, from) = ((kv * capacity + j) * d, (kv * 64 + src) * d);
+                        let (to, from) = ((kv * capacity + j) * d, (kv * (cached + 1) + src) * d);
                         keys2[to..to + d].copy_from_slice(&keys[from..from + d]);
                         vals2[to..to + d].copy_from_slice(&vals[from..from + d]);
                     }
@@ -730,7 +786,24 @@ mod tests {
             let got = attention_with(&q3, width, &keys2, &vals2, three, &bias2, isa).unwrap();
             let got: Vec<u32> = got[width..2 * width].iter().map(|v| v.to_bits()).collect();
             let want: Vec<u32> = want.iter().map(|v| v.to_bits()).collect();
-            assert_eq!(got, want, "{isa:?}");
+            assert_eq!(got, want, "{isa:?}, {cached} cached");
+        }
+    }
+
+    #[test]
+    fn kv_blocks_cover_the_context_once_without_short_blocks() {
+        for block in [8, 32, 64] {
+            for total in 0..300 {
+                let blocks: Vec<Range<usize>> = kv_blocks(total, block).collect();
+                let mut next = 0;
+                for b in &blocks {
+                    assert_eq!(b.start, next, "{total} positions, blocks of {block}");
+                    assert!(b.end > b.start && b.len() < block + 8, "{b:?} of {total}");
+                    assert!(b.len() >= 8 || total < 8, "{b:?} of {total}");
+                    next = b.end;
+                }
+                assert_eq!(next, total, "{total} positions, blocks of {block}");
+            }
         }
     }
 
