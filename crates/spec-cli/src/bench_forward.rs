@@ -19,8 +19,11 @@ use spec_runtime::{
 
 /// New-token counts timed by default, as the issue's table asks.
 const DEFAULT_ROWS: &str = "1,2,4,8,16";
-/// Tokens in the context before each timed pass (attention then reads a realistic cache).
-const CONTEXT: usize = 64;
+/// Tokens in the context before each timed pass by default (attention then reads a realistic
+/// cache).
+const DEFAULT_CONTEXT: usize = 64;
+/// The most new tokens one timed pass may take.
+const MAX_ROWS: usize = 64;
 /// Tokens generated for the decode-speed figure.
 const DECODE_TOKENS: usize = 32;
 /// Prompt tokens of the prefill figures.
@@ -45,6 +48,10 @@ pub(crate) struct BenchForwardArgs {
     /// are to it); e.g. `1,5` for a K = 4 verification.
     #[arg(long, default_value = DEFAULT_ROWS)]
     rows: String,
+    /// Tokens of context before each timed pass and before the decode (at least 1): attention's
+    /// share of a pass grows with it.
+    #[arg(long, default_value_t = DEFAULT_CONTEXT)]
+    context: usize,
     /// KV-cache capacity in positions (default: just what the run needs).
     #[arg(long)]
     capacity: Option<usize>,
@@ -64,6 +71,8 @@ struct ForwardReport {
     /// the passes of one round run back to back, so the ratio holds on a machine whose speed
     /// drifts between rounds (a shared one), where a ratio of medians may not.
     forward_ratio: std::collections::BTreeMap<String, f64>,
+    /// Tokens in the cache before each timed pass and before the decode (`--context`).
+    context_tokens: usize,
     /// Greedy plain decoding, tokens after the first per second.
     decode_tokens_per_second: f64,
     /// A 128-token prompt in one forward request (which the runtime may run in passes of 16),
@@ -82,6 +91,9 @@ pub(crate) fn run(args: &BenchForwardArgs) -> Result<()> {
     if args.reps == 0 {
         bail!("--reps must be at least 1");
     }
+    if args.context == 0 {
+        bail!("--context must be at least 1");
+    }
     let rows = parse_rows(&args.rows)?;
     let path = spec_models::resolve(&args.model)?;
     let file = spec_gguf::GgufFile::open(&path).with_context(|| {
@@ -94,10 +106,11 @@ pub(crate) fn run(args: &BenchForwardArgs) -> Result<()> {
     let probe = BandwidthProbe::new();
     if !args.json {
         println!(
-            "model {}, {} timed runs a point, {CONTEXT} tokens of context; read bandwidth {:.1} GB/s \
+            "model {}, {} timed runs a point, {} tokens of context; read bandwidth {:.1} GB/s \
              now (each bound uses probes just before and after that format's decode)",
             args.model,
             args.reps,
+            args.context,
             probe.measure() / 1e9
         );
         let columns: String = rows.iter().map(|n| format!(" n={n} |")).collect();
@@ -122,7 +135,7 @@ pub(crate) fn run(args: &BenchForwardArgs) -> Result<()> {
                 ..Default::default()
             },
         )?;
-        let rounds = time_rounds(&model, &config, &rows, args.reps, args.capacity)?;
+        let rounds = time_rounds(&model, &config, &rows, args)?;
         let mut forward_ms = std::collections::BTreeMap::new();
         let mut forward_ratio = std::collections::BTreeMap::new();
         for (column, n) in rows.iter().enumerate() {
@@ -131,9 +144,9 @@ pub(crate) fn run(args: &BenchForwardArgs) -> Result<()> {
             forward_ms.insert(n.to_string(), ms);
             forward_ratio.insert(n.to_string(), ratio);
         }
-        let prompt = context_tokens(&config);
+        let prompt = tokens(&config, args.context);
         let mut options = GenerateOptions::new(DECODE_TOKENS, SamplingConfig::greedy());
-        options.cache_capacity = Some(args.capacity.unwrap_or(CONTEXT + DECODE_TOKENS + 1));
+        options.cache_capacity = Some(args.capacity.unwrap_or(args.context + DECODE_TOKENS + 1));
         let before = probe.measure();
         let decode = generate_plain(&model, &prompt, &options, &mut |_| {})?;
         let bandwidth = (before + probe.measure()) / 2.0;
@@ -148,6 +161,7 @@ pub(crate) fn run(args: &BenchForwardArgs) -> Result<()> {
             weights: name.to_owned(),
             forward_ms,
             forward_ratio,
+            context_tokens: args.context,
             decode_tokens_per_second: decode.stats.decode_tokens_per_second,
             prefill_tokens_per_second: PREFILL as f64 / prefill,
             bandwidth_bound_tokens_per_second: bandwidth / bytes,
@@ -178,11 +192,6 @@ pub(crate) fn run(args: &BenchForwardArgs) -> Result<()> {
     Ok(())
 }
 
-/// A fixed, in-vocabulary context.
-fn context_tokens(config: &ModelConfig) -> Vec<u32> {
-    tokens(config, CONTEXT)
-}
-
 /// `n` fixed, in-vocabulary tokens.
 fn tokens(config: &ModelConfig, n: usize) -> Vec<u32> {
     let vocab = config.vocab_size.max(2) as u32;
@@ -210,30 +219,31 @@ fn time_prefill(model: &Transformer<Flex>, config: &ModelConfig) -> Result<f64> 
 }
 
 /// Milliseconds of a forward over `n` new tokens (logits for all of them) after a
-/// [`CONTEXT`]-token prefix, for each `n` of `rows` in turn, rolled back after each: one row
+/// `context`-token prefix, for each `n` of `rows` in turn, rolled back after each: one row
 /// per timed round.
 fn time_rounds(
     model: &Transformer<Flex>,
     config: &ModelConfig,
     rows: &[usize],
-    reps: usize,
-    capacity: Option<usize>,
+    args: &BenchForwardArgs,
 ) -> Result<Vec<Vec<f64>>> {
-    let context = context_tokens(config);
+    let context = args.context;
+    let prefix = tokens(config, context);
+    let new_tokens = tokens(config, MAX_ROWS);
     let most = rows.iter().copied().max().unwrap_or(1);
-    let mut cache = model.new_cache(capacity.unwrap_or(CONTEXT + most));
+    let mut cache = model.new_cache(args.capacity.unwrap_or(context + most));
     model.forward(
-        ForwardRequest::tokens(&context).logits(LogitRows::None),
+        ForwardRequest::tokens(&prefix).logits(LogitRows::None),
         &mut cache,
     )?;
-    let mut rounds = Vec::with_capacity(reps);
+    let mut rounds = Vec::with_capacity(args.reps);
     // Two untimed rounds warm the caches and the allocator.
-    for round in 0..reps + 2 {
+    for round in 0..args.reps + 2 {
         let mut times = Vec::with_capacity(rows.len());
         for &n in rows {
             let start = Instant::now();
             let out = model.forward(
-                ForwardRequest::tokens(&context[..n]).logits(LogitRows::All),
+                ForwardRequest::tokens(&new_tokens[..n]).logits(LogitRows::All),
                 &mut cache,
             )?;
             // Reading the logits back makes sure the whole pass ran.
@@ -241,7 +251,7 @@ fn time_rounds(
                 let _ = logits.into_data();
             }
             times.push(start.elapsed().as_secs_f64() * 1e3);
-            cache.truncate(CONTEXT);
+            cache.truncate(context);
         }
         if round >= 2 {
             rounds.push(times);
@@ -258,8 +268,8 @@ fn parse_rows(text: &str) -> Result<Vec<usize>> {
             .trim()
             .parse()
             .with_context(|| format!("--rows: {part:?} is not a count of tokens"))?;
-        if !(1..=CONTEXT).contains(&n) {
-            bail!("--rows: {n} is outside 1..={CONTEXT}");
+        if !(1..=MAX_ROWS).contains(&n) {
+            bail!("--rows: {n} is outside 1..={MAX_ROWS}");
         }
         rows.push(n);
     }
