@@ -217,8 +217,8 @@ trait Lanes: Copy {
 /// a (head, row) pair.
 const KV_BLOCK_BYTES: usize = 16 * 1024;
 
-/// Positions in one block of [`KV_BLOCK_BYTES`] for head dimension `d`: a multiple of 8 (the
-/// SIMD scores' key block), so that only the last block of a context has a partial one.
+/// Positions in one block of [`KV_BLOCK_BYTES`] for head dimension `d`: a multiple of 8, the
+/// SIMD scores' own block of keys, so that no block but the last leaves keys over.
 fn kv_block_positions(d: usize) -> usize {
     (KV_BLOCK_BYTES / (4 * d.max(1)) / 8 * 8).max(8)
 }
