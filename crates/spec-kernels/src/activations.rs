@@ -12,18 +12,23 @@ pub(crate) struct QuantizedRows {
     /// Each block's step; NaN for a block holding a value that is not finite, so that the
     /// product is NaN as the f32 product would be.
     pub(crate) steps: Vec<f32>,
-    /// `step · Σ q` of each block in lane 0 (the sum a Q4 block's minimum multiplies).
-    pub(crate) sums: Vec<[f32; 8]>,
+    /// `step · Σ q` of each block (the sum a Q4 block's minimum multiplies): row `i`'s at
+    /// `i · sum_stride + b`, each row followed by zeros up to `sum_stride`, a multiple of 8, so
+    /// that a row's sums are read in whole vectors of 8.
+    pub(crate) sums: Vec<f32>,
+    pub(crate) sum_stride: usize,
 }
 
 impl QuantizedRows {
     /// Rounds `x` `[m, padded_cols]` (row-major, `padded_cols` a multiple of [`BLOCK`]).
-    pub(crate) fn new(x: &[f32]) -> Self {
+    pub(crate) fn new(x: &[f32], padded_cols: usize) -> Self {
         let n = x.len() / BLOCK;
+        let blocks = (padded_cols / BLOCK).max(1);
+        let sum_stride = blocks.div_ceil(8) * 8;
         let mut quants = Vec::with_capacity(n);
         let mut steps = Vec::with_capacity(n);
-        let mut sums = Vec::with_capacity(n);
-        for block in x.chunks_exact(BLOCK) {
+        let mut sums = Vec::with_capacity(n.div_ceil(blocks) * sum_stride);
+        for (index, block) in x.chunks_exact(BLOCK).enumerate() {
             let mut q = [0i8; BLOCK];
             let finite = block.iter().all(|v| v.is_finite());
             // Loops without calls (libm's `roundf` is one) so that they vectorize: this runs
@@ -46,16 +51,18 @@ impl QuantizedRows {
                 step
             };
             let total: i32 = q.iter().map(|&v| i32::from(v)).sum();
-            let mut sum = [0.0f32; 8];
-            sum[0] = step * total as f32;
             quants.push(q);
             steps.push(step);
-            sums.push(sum);
+            sums.push(step * total as f32);
+            if (index + 1) % blocks == 0 {
+                sums.resize(sums.len() + sum_stride - blocks, 0.0);
+            }
         }
         Self {
             quants,
             steps,
             sums,
+            sum_stride,
         }
     }
 

@@ -34,6 +34,10 @@ fn place_row<T: Copy>(out: &mut [T], r: usize, row: &[T], blocks: usize, unit: u
     }
 }
 
+/// Zeros after a Q4 matrix's minimums, so that any row's minimums can be read in whole vectors
+/// of 8 (see [`Storage::Q4`]).
+pub(crate) const MINS_TAIL: usize = 8;
+
 /// Below this many stored weights a product runs on the calling thread: splitting costs more
 /// than it saves.
 const PARALLEL_MIN_WEIGHTS: usize = 1 << 16;
@@ -140,13 +144,17 @@ pub(crate) enum Storage {
         quants: Vec<u64>,
         scales: Vec<f32>,
     },
-    /// `padded_cols / 16` words and `padded_cols / 32` `[scale, min]` pairs a row; byte `l` of
-    /// word `h` of a block holds weight `8 h + l` in its low nibble and `16 + 8 h + l` in its
-    /// high one, so a zero-extending load of a word gives two vectors of 8 consecutive weights
-    /// with a mask and a shift.
+    /// `padded_cols / 16` words and `padded_cols / 32` scales a row in panels; byte `l` of word
+    /// `h` of a block holds weight `8 h + l` in its low nibble and `16 + 8 h + l` in its high
+    /// one, so a zero-extending load of a word gives two vectors of 8 consecutive weights with a
+    /// mask and a shift. The blocks' minimums are kept apart, row after row
+    /// (`mins[r · blocks + b]`), followed by [`MINS_TAIL`] zeros: with activations rounded to
+    /// int8 a row's minimums enter its product as one dot product with the blocks' sums of `x`,
+    /// read 8 blocks a vector (the last vector of a row may run into the next row or the tail).
     Q4 {
         quants: Vec<u64>,
-        params: Vec<[f32; 2]>,
+        scales: Vec<f32>,
+        mins: Vec<f32>,
     },
 }
 
@@ -281,13 +289,18 @@ impl PackedMatrix {
         self.padded_cols
     }
 
-    /// Bytes of packed weights a product streams (padding and scales included).
+    /// Bytes of packed weights a product streams (padding and scales included; not the few
+    /// zeros after a Q4 matrix's minimums).
     pub fn stored_bytes(&self) -> usize {
         match &self.storage {
             Storage::F32(w) => w.len() * 4,
             Storage::Bf16(w) => w.len() * 4,
             Storage::Q8_0 { quants, scales } => quants.len() * 8 + scales.len() * 4,
-            Storage::Q4 { quants, params } => quants.len() * 8 + params.len() * 8,
+            Storage::Q4 {
+                quants,
+                scales,
+                mins,
+            } => quants.len() * 8 + (scales.len() + mins.len() - MINS_TAIL) * 4,
         }
     }
 
@@ -314,7 +327,7 @@ impl PackedMatrix {
         for (dst, src) in padded.chunks_exact_mut(kp).zip(x.chunks_exact(k.max(1))) {
             dst[..k].copy_from_slice(src);
         }
-        let rounded = QuantizedRows::new(&padded).dequantize();
+        let rounded = QuantizedRows::new(&padded, kp).dequantize();
         rounded
             .chunks_exact(kp)
             .flat_map(|row| row[..k].iter().copied())
@@ -379,7 +392,7 @@ impl PackedMatrix {
         let int8 = self
             .format
             .rounds_activations()
-            .then(|| QuantizedRows::new(xs));
+            .then(|| QuantizedRows::new(xs, kp));
         let simd = exec.isa == Isa::Auto && avx2::available();
         // The SIMD path reads `int8` itself; only the portable loop needs the rounded f32 copy.
         let rounded = int8
@@ -440,17 +453,19 @@ fn pack_q4(
     panel_rows: usize,
 ) -> Option<Storage> {
     let mut quants = vec![0u64; panel_rows * blocks * BLOCK / 16];
-    let mut params = vec![[0.0f32; 2]; panel_rows * blocks];
+    let mut scales = vec![0.0f32; panel_rows * blocks];
+    let mut mins = Vec::with_capacity(panel_rows * blocks + MINS_TAIL);
     let mut row_quants = Vec::with_capacity(blocks * BLOCK / 16);
-    let mut row_params = Vec::with_capacity(blocks);
+    let mut row_scales = Vec::with_capacity(blocks);
     for r in 0..rows {
         row_quants.clear();
-        row_params.clear();
+        row_scales.clear();
         for (b, block) in padded_row(r).chunks_exact(BLOCK).enumerate() {
             // Padding columns multiply zeros of x: they take quant 0, whatever their value.
             let valid = cols.saturating_sub(b * BLOCK).min(BLOCK);
             let (scale, min, q) = grid_block(&block[..valid])?;
-            row_params.push([scale, min]);
+            row_scales.push(scale);
+            mins.push(min);
             for h in 0..2 {
                 let bytes: [u8; 8] =
                     std::array::from_fn(|l| q[8 * h + l] | (q[16 + 8 * h + l] << 4));
@@ -458,9 +473,15 @@ fn pack_q4(
             }
         }
         place_row(&mut quants, r, &row_quants, blocks, BLOCK / 16);
-        place_row(&mut params, r, &row_params, blocks, 1);
+        place_row(&mut scales, r, &row_scales, blocks, 1);
     }
-    Some(Storage::Q4 { quants, params })
+    // A last panel's missing row, as its scales; then the tail.
+    mins.resize(panel_rows * blocks + MINS_TAIL, 0.0);
+    Some(Storage::Q4 {
+        quants,
+        scales,
+        mins,
+    })
 }
 
 /// `(scale, min, quants)` with `w = scale · q + min` for values on at most 16 evenly spaced

@@ -31,8 +31,12 @@ pub(crate) fn dequantize_row(mat: &PackedMatrix, r: usize, out: &mut [f32]) {
                     }
                 }
             }
-            Storage::Q4 { quants, params } => {
-                let [scale, min] = params[at];
+            Storage::Q4 {
+                quants,
+                scales,
+                mins,
+            } => {
+                let (scale, min) = (scales[at], mins[r * blocks + b]);
                 for (h, &word) in quants[at * 2..(at + 1) * 2].iter().enumerate() {
                     for (l, byte) in word.to_le_bytes().into_iter().enumerate() {
                         // One rounding, as the kernel's fused multiply-add.
