@@ -167,18 +167,60 @@ mod imp {
         }
     }
 
+    /// Where a Q4 row's block scales and minimums are kept (see `Storage::Q4` and
+    /// `Storage::Q4A8`).
+    trait Q4Side: Copy {
+        /// Block `at` of the panel (block `b` of the row): its scale and minimum.
+        fn scale_min(self, at: usize, b: usize) -> (f32, f32);
+        fn prefetch(self, simd: V3, quants: &[[u64; 2]], b: usize);
+    }
+
+    /// `[scale, min]` a block in the panels (`q4`, which widens the weights).
     #[derive(Clone, Copy)]
-    struct Q4Row<'a> {
-        /// A block's quants as two words of 16 nibbles (see `Storage::Q4`).
-        quants: &'a [[u64; 2]],
+    struct Pairs<'a>(&'a [[f32; 2]]);
+
+    impl Q4Side for Pairs<'_> {
+        #[inline(always)]
+        fn scale_min(self, at: usize, _b: usize) -> (f32, f32) {
+            let [scale, min] = self.0[at];
+            (scale, min)
+        }
+
+        #[inline(always)]
+        fn prefetch(self, simd: V3, quants: &[[u64; 2]], b: usize) {
+            prefetch_quantized(simd, quants, self.0, b);
+        }
+    }
+
+    /// Scales in the panels, every row's minimums apart and where this row's begin (`q4-a8`).
+    #[derive(Clone, Copy)]
+    struct Apart<'a> {
         scales: &'a [f32],
-        /// Every row's minimums (see `Storage::Q4`) and where this row's begin.
         mins: &'a [f32],
         first_min: usize,
+    }
+
+    impl Q4Side for Apart<'_> {
+        #[inline(always)]
+        fn scale_min(self, at: usize, b: usize) -> (f32, f32) {
+            (self.scales[at], self.mins[self.first_min + b])
+        }
+
+        #[inline(always)]
+        fn prefetch(self, simd: V3, quants: &[[u64; 2]], b: usize) {
+            prefetch_quantized(simd, quants, self.scales, b);
+        }
+    }
+
+    #[derive(Clone, Copy)]
+    struct Q4Row<'a, S> {
+        /// A block's quants as two words of 16 nibbles (see `Storage::Q4`).
+        quants: &'a [[u64; 2]],
+        side: S,
         lane: usize,
     }
 
-    impl Row for Q4Row<'_> {
+    impl<S: Q4Side> Row for Q4Row<'_, S> {
         const PANEL_BLOCK_BYTES: usize = PANEL * 16;
         const PREFETCH_ONE_ROW: bool = true;
         // Scale, minimum and the nibble mask.
@@ -195,7 +237,7 @@ mod imp {
             } else {
                 simd.shr_const_u32x8::<4>(bytes)
             };
-            let (scale, min) = (self.scales[at], self.mins[self.first_min + b]);
+            let (scale, min) = self.side.scale_min(at, b);
             simd.mul_add_f32x8(
                 simd.convert_i32x8_to_f32x8(cast(q)),
                 simd.splat_f32x8(scale),
@@ -205,7 +247,7 @@ mod imp {
 
         #[inline(always)]
         fn prefetch(self, simd: V3, b: usize) {
-            prefetch_quantized(simd, self.quants, self.scales, b);
+            self.side.prefetch(simd, self.quants, b);
         }
     }
 
@@ -463,7 +505,7 @@ mod imp {
         }
     }
 
-    impl IntRow for Q4Row<'_> {
+    impl IntRow for Q4Row<'_, Apart<'_>> {
         const OFFSET: bool = true;
 
         #[inline(always)]
@@ -479,12 +521,13 @@ mod imp {
                 simd.avx2._mm256_srlv_epi64(both, shifts),
                 simd.avx._mm256_set1_epi8(0x0F),
             );
-            (quants, self.scales[at])
+            (quants, self.side.scales[at])
         }
 
         #[inline(always)]
         fn mins(&self, vectors: usize) -> &[f32x8] {
-            cast_slice(&self.mins[self.first_min..self.first_min + vectors * 8])
+            let first = self.side.first_min;
+            cast_slice(&self.side.mins[first..first + vectors * 8])
         }
     }
 
@@ -513,11 +556,11 @@ mod imp {
     /// then `vpmaddwd` by ones; signed weights give the sign to `x` and their absolute value to
     /// the unsigned side, as llama.cpp does, and |q| ≤ 127 keeps the pairs from saturating),
     /// then scaled by the weight's scale times the block of `x`'s step into f32 accumulators.
-    /// Rows with minimums add `Σ_b min_b · step_b · Σ q_x` after the blocks, as one dot product
-    /// of the row's minimums with `x`'s block sums, 8 blocks a vector: one multiply-add a block
-    /// and a row of `x` less in the loop (a `q4-a8` pass of SmolLM2 measured 2% faster at one
-    /// row, 11–14% at five and eight; Qwen 1.5B's 6% and 13%). A row's operations do not
-    /// depend on the tile.
+    /// Rows with minimums add `Σ_b min_b · step_b · Σ q_x` into the same accumulator after the
+    /// blocks, 8 blocks a multiply-add (the row's minimums against `x`'s block sums) instead of
+    /// one a block (SmolLM2's `q4-a8` products measured 11–13% faster at one row of `x`, level
+    /// to 8% slower at two, level at five and eight; docs/benchmarks.md). A row's operations
+    /// do not depend on the tile.
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
     fn tile_int8<W: IntRow, const RR: usize, const M: usize>(
@@ -564,15 +607,14 @@ mod imp {
         let mut out = [[0.0f32; M]; RR];
         for r in 0..RR {
             for i in 0..M {
-                out[r][i] = simd.reduce_sum_f32s(acc[r][i]);
+                let mut total = acc[r][i];
                 if W::OFFSET {
-                    let mut offset = zero;
                     let sums = xs[i].sums;
                     for (&min, &sum) in rows[r].mins(sums.len()).iter().zip(sums) {
-                        offset = simd.mul_add_f32x8(min, sum, offset);
+                        total = simd.mul_add_f32x8(min, sum, total);
                     }
-                    out[r][i] += simd.reduce_sum_f32s(offset);
                 }
+                out[r][i] = simd.reduce_sum_f32s(total);
             }
         }
         out
@@ -633,7 +675,16 @@ mod imp {
                     };
                     integer_sweep(simd, row, rows, x, int8, blocks, m, outs);
                 }
-                Storage::Q4 {
+                Storage::Q4 { quants, params } => {
+                    let quants: &[[u64; 2]] = cast_slice(quants);
+                    let row = |r: usize| Q4Row {
+                        quants: panel(quants, r, blocks),
+                        side: Pairs(panel(params, r, blocks)),
+                        lane: r % PANEL,
+                    };
+                    widened_sweep(simd, row, rows, x, blocks, m, outs);
+                }
+                Storage::Q4A8 {
                     quants,
                     scales,
                     mins,
@@ -641,9 +692,11 @@ mod imp {
                     let quants: &[[u64; 2]] = cast_slice(quants);
                     let row = |r: usize| Q4Row {
                         quants: panel(quants, r, blocks),
-                        scales: panel(scales, r, blocks),
-                        mins,
-                        first_min: r * blocks,
+                        side: Apart {
+                            scales: panel(scales, r, blocks),
+                            mins,
+                            first_min: r * blocks,
+                        },
                         lane: r % PANEL,
                     };
                     integer_sweep(simd, row, rows, x, int8, blocks, m, outs);

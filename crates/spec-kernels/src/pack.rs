@@ -35,7 +35,7 @@ fn place_row<T: Copy>(out: &mut [T], r: usize, row: &[T], blocks: usize, unit: u
 }
 
 /// Zeros after a Q4 matrix's minimums, so that any row's minimums can be read in whole vectors
-/// of 8 (see [`Storage::Q4`]).
+/// of 8 (see [`Storage::Q4A8`]).
 pub(crate) const MINS_TAIL: usize = 8;
 
 /// Below this many stored weights a product runs on the calling thread: splitting costs more
@@ -144,14 +144,20 @@ pub(crate) enum Storage {
         quants: Vec<u64>,
         scales: Vec<f32>,
     },
-    /// `padded_cols / 16` words and `padded_cols / 32` scales a row in panels; byte `l` of word
-    /// `h` of a block holds weight `8 h + l` in its low nibble and `16 + 8 h + l` in its high
-    /// one, so a zero-extending load of a word gives two vectors of 8 consecutive weights with a
-    /// mask and a shift. The blocks' minimums are kept apart, row after row
-    /// (`mins[r · blocks + b]`), followed by [`MINS_TAIL`] zeros: with activations rounded to
-    /// int8 a row's minimums enter its product as one dot product with the blocks' sums of `x`,
-    /// read 8 blocks a vector (the last vector of a row may run into the next row or the tail).
+    /// `padded_cols / 16` words and `padded_cols / 32` `[scale, min]` pairs a row; byte `l` of
+    /// word `h` of a block holds weight `8 h + l` in its low nibble and `16 + 8 h + l` in its
+    /// high one, so a zero-extending load of a word gives two vectors of 8 consecutive weights
+    /// with a mask and a shift.
     Q4 {
+        quants: Vec<u64>,
+        params: Vec<[f32; 2]>,
+    },
+    /// [`WeightFormat::Q4A8`]: the quants as for `Q4`, the scales in the panels, and the blocks'
+    /// minimums apart, row after row (`mins[r · blocks + b]`), followed by [`MINS_TAIL`] zeros:
+    /// with activations rounded to int8 a row's minimums enter its product once, against the
+    /// blocks' sums of `x`, 8 blocks a vector (a row's last vector may run into the next row or
+    /// the tail, where the sums are zero).
+    Q4A8 {
         quants: Vec<u64>,
         scales: Vec<f32>,
         mins: Vec<f32>,
@@ -205,7 +211,8 @@ impl PackedMatrix {
         };
         let storage = match format {
             WeightFormat::Q4 | WeightFormat::Q4A8 => {
-                match pack_q4(&mut padded_row, rows, cols, blocks, panel_rows) {
+                let apart = format == WeightFormat::Q4A8;
+                match pack_q4(&mut padded_row, rows, cols, blocks, panel_rows, apart) {
                     Some(storage) => storage,
                     None => {
                         let instead = if format == WeightFormat::Q4 {
@@ -296,7 +303,8 @@ impl PackedMatrix {
             Storage::F32(w) => w.len() * 4,
             Storage::Bf16(w) => w.len() * 4,
             Storage::Q8_0 { quants, scales } => quants.len() * 8 + scales.len() * 4,
-            Storage::Q4 {
+            Storage::Q4 { quants, params } => quants.len() * 8 + params.len() * 8,
+            Storage::Q4A8 {
                 quants,
                 scales,
                 mins,
@@ -443,14 +451,15 @@ impl PackedMatrix {
     }
 }
 
-/// The Q4 storage of `rows` padded rows, or `None` when a block's weights are not on a grid of
-/// at most 16 evenly spaced levels.
+/// The Q4 storage of `rows` padded rows (minimums `apart` for `Q4A8`), or `None` when a
+/// block's weights are not on a grid of at most 16 evenly spaced levels.
 fn pack_q4(
     padded_row: &mut impl FnMut(usize) -> Vec<f32>,
     rows: usize,
     cols: usize,
     blocks: usize,
     panel_rows: usize,
+    apart: bool,
 ) -> Option<Storage> {
     let mut quants = vec![0u64; panel_rows * blocks * BLOCK / 16];
     let mut scales = vec![0.0f32; panel_rows * blocks];
@@ -477,11 +486,21 @@ fn pack_q4(
     }
     // A last panel's missing row, as its scales; then the tail.
     mins.resize(panel_rows * blocks + MINS_TAIL, 0.0);
-    Some(Storage::Q4 {
-        quants,
-        scales,
-        mins,
-    })
+    if apart {
+        return Some(Storage::Q4A8 {
+            quants,
+            scales,
+            mins,
+        });
+    }
+    let mut params = vec![[0.0f32; 2]; panel_rows * blocks];
+    for r in 0..rows {
+        let row_params: Vec<[f32; 2]> = (0..blocks)
+            .map(|b| [scales[block_index(r, b, blocks)], mins[r * blocks + b]])
+            .collect();
+        place_row(&mut params, r, &row_params, blocks, 1);
+    }
+    Some(Storage::Q4 { quants, params })
 }
 
 /// `(scale, min, quants)` with `w = scale · q + min` for values on at most 16 evenly spaced

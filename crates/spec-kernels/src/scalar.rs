@@ -31,20 +31,29 @@ pub(crate) fn dequantize_row(mat: &PackedMatrix, r: usize, out: &mut [f32]) {
                     }
                 }
             }
-            Storage::Q4 {
+            Storage::Q4 { quants, params } => {
+                let [scale, min] = params[at];
+                write_q4_block(&quants[at * 2..(at + 1) * 2], scale, min, out);
+            }
+            Storage::Q4A8 {
                 quants,
                 scales,
                 mins,
             } => {
                 let (scale, min) = (scales[at], mins[r * blocks + b]);
-                for (h, &word) in quants[at * 2..(at + 1) * 2].iter().enumerate() {
-                    for (l, byte) in word.to_le_bytes().into_iter().enumerate() {
-                        // One rounding, as the kernel's fused multiply-add.
-                        out[8 * h + l] = f32::from(byte & 0xF).mul_add(scale, min);
-                        out[16 + 8 * h + l] = f32::from(byte >> 4).mul_add(scale, min);
-                    }
-                }
+                write_q4_block(&quants[at * 2..(at + 1) * 2], scale, min, out);
             }
+        }
+    }
+}
+
+/// One Q4 block's 32 weights (two words of nibbles, see `Storage::Q4`) into `out`.
+fn write_q4_block(words: &[u64], scale: f32, min: f32, out: &mut [f32]) {
+    for (h, &word) in words.iter().enumerate() {
+        for (l, byte) in word.to_le_bytes().into_iter().enumerate() {
+            // One rounding, as the kernel's fused multiply-add.
+            out[8 * h + l] = f32::from(byte & 0xF).mul_add(scale, min);
+            out[16 + 8 * h + l] = f32::from(byte >> 4).mul_add(scale, min);
         }
     }
 }
