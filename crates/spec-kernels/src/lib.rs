@@ -49,9 +49,10 @@
 //!   block;
 //! - Q4: per block two `u64` words of 16 nibbles, byte `l` of word `h` holding weight `8 h + l`
 //!   (low nibble) and `16 + 8 h + l` (high nibble), so one zero-extending load (`vpmovzxbd`)
-//!   gives two vectors of 8 consecutive weights with a mask and a shift; a scale a block in the
-//!   panels, and the blocks' minimums apart, row after row, so that the `*A8` product adds a
-//!   row's minimums once, as a dot product with the rounded `x`'s block sums.
+//!   gives two vectors of 8 consecutive weights with a mask and a shift; `[scale, min]` a block
+//!   in the panels, except for `Q4A8`, which keeps a scale a block in the panels and the blocks'
+//!   minimums apart, row after row, so that a row's minimums enter its product once, 8 blocks a
+//!   multiply-add against the rounded `x`'s block sums.
 
 mod activations;
 mod avx2;
