@@ -15,11 +15,17 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use spec_kernels::{AttentionShape, Isa, attention_with, swiglu_with};
 
-/// `(model, heads, kv heads, head dim, intermediate size)`.
-const MODELS: [(&str, usize, usize, usize, usize); 2] = [
-    ("smollm2-135m", 9, 3, 64, 1536),
-    ("qwen2.5-coder-1.5b", 12, 2, 128, 8960),
-];
+#[path = "common/models.rs"]
+mod models;
+
+use models::ReferenceModel;
+
+/// The models whose attention and SwiGLU shapes are timed.
+const MODELS: [&str; 2] = ["smollm2-135m", "qwen2.5-coder-1.5b"];
+
+fn reference(name: &str) -> &'static ReferenceModel {
+    ReferenceModel::by_name(name).expect("a reference model")
+}
 
 fn random(n: usize, seed: u64) -> Vec<f32> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -35,7 +41,9 @@ fn isa_name(isa: Isa) -> &'static str {
 
 fn ops(c: &mut Criterion) {
     let mut group = c.benchmark_group("attention");
-    for (model, heads, kv_heads, d, _) in MODELS {
+    for model in MODELS {
+        let m = reference(model);
+        let (heads, kv_heads, d) = (m.heads, m.kv_heads, m.head_dim);
         // A decode step and a K = 4 verification after 128 cached tokens; one row after 512;
         // one, two and five after 1024 (a long prompt: a kv head's keys and values together
         // outgrow L2).
@@ -76,7 +84,8 @@ fn ops(c: &mut Criterion) {
     group.finish();
 
     let mut group = c.benchmark_group("swiglu");
-    for (model, _, _, _, ff) in MODELS {
+    for model in MODELS {
+        let ff = reference(model).intermediate;
         let gate_up = random(2 * ff, 4);
         for isa in [Isa::Auto, Isa::Scalar] {
             let id = format!("{model}/{}", isa_name(isa));

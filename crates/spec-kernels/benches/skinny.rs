@@ -22,42 +22,10 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use spec_kernels::{PackedMatrix, WeightFormat};
 
-/// `(projection, out, in)`.
-type Shape = (&'static str, usize, usize);
+#[path = "common/models.rs"]
+mod models;
 
-/// `(name, shapes)`; q/o and k/v share shapes, so each is listed once.
-const MODELS: [(&str, [Shape; 5]); 3] = [
-    (
-        "smollm2-135m",
-        [
-            ("q_o", 576, 576),
-            ("k_v", 192, 576),
-            ("gate_up", 1536, 576),
-            ("down", 576, 1536),
-            ("head", 49152, 576),
-        ],
-    ),
-    (
-        "qwen2.5-coder-0.5b",
-        [
-            ("q_o", 896, 896),
-            ("k_v", 128, 896),
-            ("gate_up", 4864, 896),
-            ("down", 896, 4864),
-            ("head", 151936, 896),
-        ],
-    ),
-    (
-        "qwen2.5-coder-1.5b",
-        [
-            ("q_o", 1536, 1536),
-            ("k_v", 256, 1536),
-            ("gate_up", 8960, 1536),
-            ("down", 1536, 8960),
-            ("head", 151936, 1536),
-        ],
-    ),
-];
+use models::MODELS;
 
 fn env_list(name: &str, default: &str) -> Vec<String> {
     std::env::var(name)
@@ -121,11 +89,12 @@ fn skinny(c: &mut Criterion) {
         .collect();
     let device = Default::default();
     let mut rng = ChaCha8Rng::seed_from_u64(0);
-    for (model, shapes) in MODELS {
+    for reference in &MODELS {
+        let model = reference.name;
         if !models.iter().any(|m| m == model) {
             continue;
         }
-        for (proj, n, k) in shapes {
+        for (proj, n, k) in reference.projection_shapes() {
             let weights = four_bit_weights(n, k, &mut rng);
             let packed: Vec<PackedMatrix> = WeightFormat::ALL
                 .into_iter()

@@ -5,32 +5,21 @@
 //! matter for the time.
 //!
 //! `cargo run --release -p spec-kernels --example model_products [MODEL] [FORMAT] [ROWS]
-//! [ROUNDS]`: MODEL `smollm2`, `qwen0.5b` or `qwen1.5b` (default), FORMAT as `--weights`
-//! takes it (default f32), ROWS a list such as `1,2,4,5,8` (default), ROUNDS 12 after a warm-up
-//! round. Per row count: the median time of all products, its median ratio to one row in the
-//! same round, and the same split by projection (q/k/v stacked, o, gate/up stacked, down, the
-//! output head).
+//! [ROUNDS]`: MODEL a reference model's name (default `qwen2.5-coder-1.5b`; also
+//! `smollm2-135m`, `qwen2.5-coder-0.5b`), FORMAT as `--weights` takes it (default f32), ROWS a
+//! list such as `1,2,4,5,8` (default), ROUNDS 12 after a warm-up round. Per row count: the
+//! median time of all products, its median ratio to one row in the same round, and the same
+//! split by projection (q/k/v stacked, o, gate/up stacked, down, the output head).
 
 use std::error::Error;
 use std::time::Instant;
 
 use spec_kernels::{PackedMatrix, WeightFormat};
 
-/// Hidden size, q + k + v outputs, feed-forward size, layers, vocabulary.
-type Shape = (usize, usize, usize, usize, usize);
+#[path = "../benches/common/models.rs"]
+mod models;
 
-fn shape(model: &str) -> Result<Shape, String> {
-    match model {
-        "smollm2" => Ok((576, 576 + 2 * 192, 1536, 30, 49152)),
-        "qwen0.5b" => Ok((896, 896 + 2 * 128, 4864, 24, 151936)),
-        "qwen1.5b" => Ok((1536, 1536 + 2 * 256, 8960, 28, 151936)),
-        other => Err(format!(
-            "unknown model {other:?}: smollm2, qwen0.5b or qwen1.5b"
-        )),
-    }
-}
-
-const CLASSES: [&str; 5] = ["qkv", "o", "gate_up", "down", "head"];
+use models::{MODELS, PASS_PROJECTIONS as CLASSES, ReferenceModel};
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -39,7 +28,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn main() -> Result<(), Box<dyn Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let model = args.first().map_or("qwen1.5b", String::as_str);
+    let model = args.first().map_or("qwen2.5-coder-1.5b", String::as_str);
     let format: WeightFormat = args.get(1).map_or("f32", String::as_str).parse()?;
     let rows: Vec<usize> = args
         .get(2)
@@ -48,25 +37,25 @@ fn main() -> Result<(), Box<dyn Error>> {
         .map(str::parse)
         .collect::<Result<_, _>>()?;
     let rounds: usize = args.get(3).map_or(Ok(12), |a| a.parse())?;
-    let (hidden, qkv, ff, layers, vocab) = shape(model)?;
+    let Some(reference) = ReferenceModel::by_name(model) else {
+        let names: Vec<&str> = MODELS.iter().map(|m| m.name).collect();
+        return Err(format!("unknown model {model:?}: one of {names:?}").into());
+    };
     if rows.iter().any(|&m| m == 0 || m > 16) || rounds == 0 {
         return Err("rows must be 1..=16 and rounds at least 1".into());
     }
 
-    // Values on a grid of 16 levels in every block of 32.
-    let raw: Vec<f32> = (0..vocab * hidden)
+    // Values on a grid of 16 levels in every block of 32, enough for the largest product.
+    let passes = reference.pass_products();
+    let largest = passes.iter().map(|&(_, n, k)| n * k).max().unwrap_or(0);
+    let raw: Vec<f32> = (0..largest)
         .map(|i| ((i * 7919) % 16) as f32 * 0.01 - 0.08)
         .collect();
-    let pack = |n: usize, k: usize| PackedMatrix::pack(&raw[..n * k], n, k, format);
-    // (class, matrix) in the order of a forward pass.
-    let mut products = Vec::new();
-    for _ in 0..layers {
-        products.push((0, pack(qkv, hidden)?));
-        products.push((1, pack(hidden, hidden)?));
-        products.push((2, pack(2 * ff, hidden)?));
-        products.push((3, pack(hidden, ff)?));
-    }
-    products.push((4, pack(vocab, hidden)?));
+    // (projection, matrix) in the order of a forward pass.
+    let products = passes
+        .into_iter()
+        .map(|(class, n, k)| Ok((class, PackedMatrix::pack(&raw[..n * k], n, k, format)?)))
+        .collect::<Result<Vec<_>, spec_kernels::KernelError>>()?;
     drop(raw);
     let bytes: usize = products.iter().map(|(_, m)| m.stored_bytes()).sum();
     println!(
