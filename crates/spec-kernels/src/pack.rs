@@ -493,12 +493,13 @@ fn pack_q4(
             mins,
         });
     }
+    // `q4` reads a block's scale and minimum together: pairs in the panels' order.
     let mut params = vec![[0.0f32; 2]; panel_rows * blocks];
     for r in 0..rows {
-        let row_params: Vec<[f32; 2]> = (0..blocks)
-            .map(|b| [scales[block_index(r, b, blocks)], mins[r * blocks + b]])
-            .collect();
-        place_row(&mut params, r, &row_params, blocks, 1);
+        for b in 0..blocks {
+            let at = block_index(r, b, blocks);
+            params[at] = [scales[at], mins[r * blocks + b]];
+        }
     }
     Some(Storage::Q4 { quants, params })
 }
