@@ -293,21 +293,74 @@ fn scale_min_k4(j: usize, s: &[u8]) -> (u8, u8) {
     }
 }
 
+/// A Q4_K block's fields, decoded from its 144 bytes: element `32 j + l` is
+/// `(d · scales[j]) · quants[32 j + l] − dmin · mins[j]`, with `d`, `dmin` the block's f16
+/// steps, `scales`, `mins` its 6-bit sub-block factors and `quants` its nibbles in element order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Q4KBlock {
+    pub d: f32,
+    pub dmin: f32,
+    pub scales: [u8; 8],
+    pub mins: [u8; 8],
+    pub quants: [u8; QK_K],
+}
+
+/// The fields of one Q4_K block.
 #[inline(always)]
-fn q4_k(b: &[u8; 144], o: &mut [f32; QK_K]) {
-    let d = h(b[0], b[1]);
-    let dmin = h(b[2], b[3]);
-    let scales = &b[4..16];
+pub fn decode_q4_k(b: &[u8; 144]) -> Q4KBlock {
+    let packed = &b[4..16];
     let qs = &b[16..144];
-    for (g, (q, out)) in qs.chunks_exact(32).zip(o.chunks_exact_mut(64)).enumerate() {
-        let (s1, m1) = scale_min_k4(2 * g, scales);
-        let (s2, m2) = scale_min_k4(2 * g + 1, scales);
-        let (d1, m1) = (d * f32::from(s1), dmin * f32::from(m1));
-        let (d2, m2) = (d * f32::from(s2), dmin * f32::from(m2));
+    let mut scales = [0u8; 8];
+    let mut mins = [0u8; 8];
+    for j in 0..8 {
+        (scales[j], mins[j]) = scale_min_k4(j, packed);
+    }
+    // Each run of 32 bytes holds sub-block 2g in its low nibbles and 2g + 1 in its high ones.
+    let mut quants = [0u8; QK_K];
+    for (q, out) in qs.chunks_exact(32).zip(quants.chunks_exact_mut(64)) {
         let (lo, hi) = out.split_at_mut(32);
         for l in 0..32 {
-            lo[l] = d1 * f32::from(q[l] & 0x0F) - m1;
-            hi[l] = d2 * f32::from(q[l] >> 4) - m2;
+            lo[l] = q[l] & 0x0F;
+            hi[l] = q[l] >> 4;
+        }
+    }
+    Q4KBlock {
+        d: h(b[0], b[1]),
+        dmin: h(b[2], b[3]),
+        scales,
+        mins,
+        quants,
+    }
+}
+
+/// Every block of Q4_K data (`bytes` a whole number of 144-byte blocks), decoded.
+pub fn decode_q4_k_blocks(bytes: &[u8]) -> Result<Vec<Q4KBlock>, GgufError> {
+    let (blocks, rest) = bytes.as_chunks::<144>();
+    if !rest.is_empty() {
+        return Err(GgufError::SizeMismatch {
+            ty: GgmlType::Q4_K,
+            reason: format!(
+                "{} bytes is not a whole number of 144-byte blocks",
+                bytes.len()
+            ),
+        });
+    }
+    Ok(blocks.iter().map(decode_q4_k).collect())
+}
+
+#[inline(always)]
+fn q4_k(b: &[u8; 144], o: &mut [f32; QK_K]) {
+    let block = decode_q4_k(b);
+    for (j, (q, out)) in block
+        .quants
+        .chunks_exact(32)
+        .zip(o.chunks_exact_mut(32))
+        .enumerate()
+    {
+        let step = block.d * f32::from(block.scales[j]);
+        let min = block.dmin * f32::from(block.mins[j]);
+        for l in 0..32 {
+            out[l] = step * f32::from(q[l]) - min;
         }
     }
 }

@@ -28,7 +28,7 @@ mod file;
 mod types;
 mod value;
 
-pub use dequant::{dequantize, dequantize_into};
+pub use dequant::{Q4KBlock, decode_q4_k, decode_q4_k_blocks, dequantize, dequantize_into};
 pub use error::GgufError;
 pub use file::{DEFAULT_ALIGNMENT, GgufFile, MAX_DIMS, TensorInfo};
 pub use types::GgmlType;

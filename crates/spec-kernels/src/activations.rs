@@ -4,7 +4,8 @@
 use crate::pack::BLOCK;
 
 /// `m` rows of `padded_cols` inputs as blocks of 32 int8 quants, each block with its step
-/// (`max |x| / 127`): input `x` becomes `step · q`.
+/// (`max |x| / 127` over the block, or over a run of blocks that share it): input `x` becomes
+/// `step · q`.
 #[derive(Debug, Clone)]
 pub(crate) struct QuantizedRows {
     /// Block `b` of row `i` at `i · blocks + b`.
@@ -20,20 +21,23 @@ pub(crate) struct QuantizedRows {
 }
 
 impl QuantizedRows {
-    /// Rounds `x` `[m, padded_cols]` (row-major, `padded_cols` a multiple of [`BLOCK`]).
-    pub(crate) fn new(x: &[f32], padded_cols: usize) -> Self {
+    /// Rounds `x` `[m, padded_cols]` (row-major, `padded_cols` a multiple of [`BLOCK`] and of
+    /// `group` blocks): each run of `group` blocks shares one step, `max |x| / 127` over the
+    /// run (1 block as llama.cpp's Q8_0, 8 as its Q8_K for Q4_K superblocks, whose integer
+    /// sums then need one scaling a superblock).
+    pub(crate) fn new(x: &[f32], padded_cols: usize, group: usize) -> Self {
         let n = x.len() / BLOCK;
         let blocks = (padded_cols / BLOCK).max(1);
+        let group = group.max(1);
         let sum_stride = blocks.div_ceil(8) * 8;
         let mut quants = Vec::with_capacity(n);
         let mut steps = Vec::with_capacity(n);
         let mut sums = Vec::with_capacity(n.div_ceil(blocks) * sum_stride);
-        for (index, block) in x.chunks_exact(BLOCK).enumerate() {
-            let mut q = [0i8; BLOCK];
-            let finite = block.iter().all(|v| v.is_finite());
+        for run in x.chunks(BLOCK * group) {
+            let finite = run.iter().all(|v| v.is_finite());
             // Loops without calls (libm's `roundf` is one) so that they vectorize: this runs
             // on the calling thread before every product.
-            let amax = block
+            let amax = run
                 .iter()
                 .fold(0.0f32, |a, v| if v.abs() > a { v.abs() } else { a });
             let step = if !finite {
@@ -41,21 +45,25 @@ impl QuantizedRows {
             } else if amax == 0.0 {
                 0.0
             } else {
-                let step = amax / 127.0;
-                let inv = 1.0 / step;
-                for (q, v) in q.iter_mut().zip(block) {
-                    // Half away from zero, then truncation; |v · inv| ≤ 127 (to rounding).
-                    let r = v * inv;
-                    *q = (r + 0.5f32.copysign(r)) as i8;
-                }
-                step
+                amax / 127.0
             };
-            let total: i32 = q.iter().map(|&v| i32::from(v)).sum();
-            quants.push(q);
-            steps.push(step);
-            sums.push(step * total as f32);
-            if (index + 1) % blocks == 0 {
-                sums.resize(sums.len() + sum_stride - blocks, 0.0);
+            let inv = if step > 0.0 { 1.0 / step } else { 0.0 };
+            for block in run.chunks_exact(BLOCK) {
+                let mut q = [0i8; BLOCK];
+                if step > 0.0 {
+                    for (q, v) in q.iter_mut().zip(block) {
+                        // Half away from zero, then truncation; |v · inv| ≤ 127 (to rounding).
+                        let r = v * inv;
+                        *q = (r + 0.5f32.copysign(r)) as i8;
+                    }
+                }
+                let total: i32 = q.iter().map(|&v| i32::from(v)).sum();
+                quants.push(q);
+                steps.push(step);
+                sums.push(step * total as f32);
+                if quants.len() % blocks == 0 {
+                    sums.resize(sums.len() + sum_stride - blocks, 0.0);
+                }
             }
         }
         Self {

@@ -251,6 +251,51 @@ mod imp {
         }
     }
 
+    /// A row of Q4_K superblocks kept as they are (see `Storage::Q4K`).
+    #[derive(Clone, Copy)]
+    struct Q4KRow<'a> {
+        /// A block's quants as two words of 16 nibbles (as `Q4Row`'s).
+        quants: &'a [[u64; 2]],
+        /// The panel's superblocks' 6-bit scales (8 bytes a word) and steps.
+        scales: &'a [u64],
+        steps: &'a [f32],
+        /// This row's superblocks' minimums (8 bytes a word) and negated minimum steps.
+        mins: &'a [u64],
+        neg_min_steps: &'a [f32],
+        lane: usize,
+    }
+
+    impl Q4KRow<'_> {
+        /// `total` plus the row's minimums times `x`'s block sums (`sums`, vectors of 8): a
+        /// superblock's 8 minimums are one word of bytes, widened, converted and scaled by its
+        /// step.
+        #[inline(always)]
+        fn add_mins(self, simd: V3, sums: &[f32x8], mut total: f32x8) -> f32x8 {
+            for ((&word, &neg_step), &sum) in self.mins.iter().zip(self.neg_min_steps).zip(sums) {
+                let bytes: u8x16 = cast([word, 0u64]);
+                let mins = simd.convert_i32x8_to_f32x8(cast(simd.convert_u8x16_to_u32x8(bytes)));
+                let mins = simd.mul_f32x8(mins, simd.splat_f32x8(neg_step));
+                total = simd.mul_add_f32x8(mins, sum, total);
+            }
+            total
+        }
+    }
+
+    /// A Q4 block's two words of nibbles (see `Storage::Q4`) as its 32 quants in order:
+    /// bytes 0..16 hold weights 0..16 in their low nibbles and 16..32 in their high ones, so
+    /// the 16 bytes go to both halves (one broadcasting load), the upper half is shifted down
+    /// by a nibble, and both are masked.
+    #[inline(always)]
+    fn unpack_nibbles(simd: V3, words: [u64; 2]) -> __m256i {
+        let packed: __m128i = cast(words);
+        let both = simd.avx2._mm256_broadcastsi128_si256(packed);
+        let shifts = simd.avx._mm256_set_epi64x(4, 4, 0, 0);
+        simd.avx2._mm256_and_si256(
+            simd.avx2._mm256_srlv_epi64(both, shifts),
+            simd.avx._mm256_set1_epi8(0x0F),
+        )
+    }
+
     /// The dot products of `rows` with `xs`, `out[r][i] = rows[r] · xs[i]`.
     ///
     /// Per vector of a block, the `M` vectors of `x` are loaded once and each widened weight
@@ -483,11 +528,12 @@ mod imp {
         /// Whether blocks have a minimum (`w = scale · q + min`, unsigned `q`) rather than
         /// signed quants (`w = scale · q`).
         const OFFSET: bool;
-        /// Block `b`'s 32 quants in order (unsigned when [`IntRow::OFFSET`]) and its scale.
+        /// Block `b`'s 32 quants in order (unsigned when [`IntRow::OFFSET`]) and its scale
+        /// (the f32 factor of its integer sum).
         fn block(self, simd: V3, b: usize) -> (__m256i, f32);
-        /// The blocks' minimums in `vectors` vectors of 8 (none without [`IntRow::OFFSET`]);
-        /// the values past the row's blocks meet zero sums of `x`.
-        fn mins(&self, vectors: usize) -> &[f32x8];
+        /// `total` plus the row's minimums times `sums`, `x`'s block sums in vectors of 8
+        /// (zeros past the row's blocks); `total` itself without [`IntRow::OFFSET`].
+        fn add_mins(self, simd: V3, sums: &[f32x8], total: f32x8) -> f32x8;
     }
 
     impl IntRow for Q8Row<'_> {
@@ -500,8 +546,8 @@ mod imp {
         }
 
         #[inline(always)]
-        fn mins(&self, _vectors: usize) -> &[f32x8] {
-            &[]
+        fn add_mins(self, _simd: V3, _sums: &[f32x8], total: f32x8) -> f32x8 {
+            total
         }
     }
 
@@ -511,23 +557,17 @@ mod imp {
         #[inline(always)]
         fn block(self, simd: V3, b: usize) -> (__m256i, f32) {
             let at = b * PANEL + self.lane;
-            // Bytes 0..16 hold weights 0..16 in their low nibbles and 16..32 in their high ones:
-            // the 16 bytes in both halves (one broadcasting load), the upper half shifted down
-            // by a nibble, then masked.
-            let packed: __m128i = cast(self.quants[at]);
-            let both = simd.avx2._mm256_broadcastsi128_si256(packed);
-            let shifts = simd.avx._mm256_set_epi64x(4, 4, 0, 0);
-            let quants = simd.avx2._mm256_and_si256(
-                simd.avx2._mm256_srlv_epi64(both, shifts),
-                simd.avx._mm256_set1_epi8(0x0F),
-            );
-            (quants, self.side.scales[at])
+            (unpack_nibbles(simd, self.quants[at]), self.side.scales[at])
         }
 
         #[inline(always)]
-        fn mins(&self, vectors: usize) -> &[f32x8] {
+        fn add_mins(self, simd: V3, sums: &[f32x8], mut total: f32x8) -> f32x8 {
             let first = self.side.first_min;
-            cast_slice(&self.side.mins[first..first + vectors * 8])
+            let mins: &[f32x8] = cast_slice(&self.side.mins[first..first + sums.len() * 8]);
+            for (&min, &sum) in mins.iter().zip(sums) {
+                total = simd.mul_add_f32x8(min, sum, total);
+            }
+            total
         }
     }
 
@@ -607,13 +647,115 @@ mod imp {
         let mut out = [[0.0f32; M]; RR];
         for r in 0..RR {
             for i in 0..M {
-                let mut total = acc[r][i];
-                if W::OFFSET {
-                    let sums = xs[i].sums;
-                    for (&min, &sum) in rows[r].mins(sums.len()).iter().zip(sums) {
-                        total = simd.mul_add_f32x8(min, sum, total);
+                let total = rows[r].add_mins(simd, xs[i].sums, acc[r][i]);
+                out[r][i] = simd.reduce_sum_f32s(total);
+            }
+        }
+        out
+    }
+
+    /// Q4_K superblocks kept as they are against int8 rows of `x` ([`tile_q4k`]).
+    #[derive(Clone, Copy)]
+    struct Q4KInt8<'x, 'w>(PhantomData<(&'x (), &'w ())>);
+
+    impl<'x, 'w> Tiles for Q4KInt8<'x, 'w> {
+        type W = Q4KRow<'w>;
+        type X = Int8Row<'x>;
+
+        #[inline(always)]
+        fn tile<const RR: usize, const M: usize>(
+            self,
+            simd: V3,
+            rows: &[Q4KRow<'w>; RR],
+            xs: &[Int8Row<'x>; M],
+            blocks: usize,
+        ) -> [[f32; M]; RR] {
+            tile_q4k(simd, rows, xs, blocks)
+        }
+    }
+
+    /// [`tile_int8`]'s arithmetic for Q4_K superblocks against `x` rounded with one step a
+    /// superblock (as llama.cpp's Q8_K): per row the superblock's 8 scales are widened to 16
+    /// bits once; each block's pair sums are multiplied by its scale in the integer
+    /// multiply-add that sums them (`vpmaddwd`, the scale picked out with a byte shuffle) and
+    /// added up in integers over the superblock (at most 8 · 63 · 32 · 15 · 127 in
+    /// magnitude, exact in i32 and in f32); once a superblock, the superblock's step times
+    /// `x`'s scales the sum into the f32 accumulator. The minimums enter once a row, as for
+    /// `q4-a8`'s per-block layout.
+    #[allow(clippy::needless_range_loop)]
+    #[inline(always)]
+    fn tile_q4k<const RR: usize, const M: usize>(
+        simd: V3,
+        rows: &[Q4KRow<'_>; RR],
+        xs: &[Int8Row<'_>; M],
+        blocks: usize,
+    ) -> [[f32; M]; RR] {
+        const SUPER: usize = 8 * PANEL;
+        let zero = simd.splat_f32x8(0.0);
+        let zero_i = simd.avx._mm256_setzero_si256();
+        let mut acc = [[zero; M]; RR];
+        let ahead = PREFETCH_AHEAD_BYTES / (SUPER * 16);
+        for s in 0..blocks / 8 {
+            for r in (0..RR).step_by(PANEL) {
+                let row = rows[r];
+                let at = (s + ahead) * SUPER;
+                prefetch_lines(
+                    simd,
+                    row.quants.as_ptr().wrapping_add(at).cast(),
+                    SUPER * 16,
+                );
+                let side = (s + ahead) * PANEL;
+                prefetch_lines(simd, row.scales.as_ptr().wrapping_add(side).cast(), 1);
+                prefetch_lines(simd, row.steps.as_ptr().wrapping_add(side).cast(), 1);
+            }
+            let mut quants = [&[[0u64; 2]; SUPER]; RR];
+            let mut lanes = [0usize; RR];
+            let mut scales = [zero_i; RR];
+            for r in 0..RR {
+                let row = rows[r];
+                quants[r] = &row.quants.as_chunks::<SUPER>().0[s];
+                lanes[r] = row.lane % PANEL;
+                let bytes: __m128i = cast([row.scales[s * PANEL + row.lane], 0u64]);
+                let wide = simd.sse4_1._mm_cvtepu8_epi16(bytes);
+                scales[r] = simd.avx2._mm256_broadcastsi128_si256(wide);
+            }
+            let mut x_quants = [&[[0i8; BLOCK]; 8]; M];
+            for i in 0..M {
+                x_quants[i] = &xs[i].quants.as_chunks::<8>().0[s];
+            }
+            let mut sums = [[zero_i; M]; RR];
+            for j in 0..8 {
+                // Bytes 2j, 2j + 1 of every 16: the 16-bit scale j in every lane.
+                let pick = simd
+                    .avx
+                    ._mm256_set1_epi16(i16::from_le_bytes([2 * j as u8, 2 * j as u8 + 1]));
+                for r in 0..RR {
+                    let q = unpack_nibbles(simd, quants[r][j * PANEL + lanes[r]]);
+                    let factors = simd.avx2._mm256_shuffle_epi8(scales[r], pick);
+                    for i in 0..M {
+                        let x: __m256i = cast(x_quants[i][j]);
+                        let pairs = simd.avx2._mm256_maddubs_epi16(q, x);
+                        let scaled = simd.avx2._mm256_madd_epi16(pairs, factors);
+                        sums[r][i] = simd.avx2._mm256_add_epi32(sums[r][i], scaled);
                     }
                 }
+            }
+            for r in 0..RR {
+                let step = rows[r].steps[s * PANEL + rows[r].lane];
+                for i in 0..M {
+                    let factor = simd.splat_f32x8(step * xs[i].steps[8 * s]);
+                    acc[r][i] = simd.mul_add_f32x8(
+                        simd.convert_i32x8_to_f32x8(cast(sums[r][i])),
+                        factor,
+                        acc[r][i],
+                    );
+                }
+            }
+        }
+        let mut out = [[0.0f32; M]; RR];
+        for r in 0..RR {
+            for i in 0..M {
+                let total = rows[r].add_mins(simd, xs[i].sums, acc[r][i]);
                 out[r][i] = simd.reduce_sum_f32s(total);
             }
         }
@@ -701,6 +843,42 @@ mod imp {
                     };
                     integer_sweep(simd, row, rows, x, int8, blocks, m, outs);
                 }
+                Storage::Q4K {
+                    quants,
+                    scales,
+                    steps,
+                    mins,
+                    neg_min_steps,
+                } => {
+                    let quants: &[[u64; 2]] = cast_slice(quants);
+                    let per_row = blocks / 8;
+                    let row = |r: usize| Q4KRow {
+                        quants: panel(quants, r, blocks),
+                        scales: panel(scales, r, per_row),
+                        steps: panel(steps, r, per_row),
+                        mins: &mins[r * per_row..(r + 1) * per_row],
+                        neg_min_steps: &neg_min_steps[r * per_row..(r + 1) * per_row],
+                        lane: r % PANEL,
+                    };
+                    match int8 {
+                        Some(q) => {
+                            let x_row = int8_row(q, blocks);
+                            sweep(
+                                simd,
+                                Q4KInt8(PhantomData),
+                                row,
+                                rows,
+                                x_row,
+                                blocks,
+                                m,
+                                outs,
+                            );
+                        }
+                        // `matmul_with` always rounds `x` for this format; without the
+                        // rounded rows the portable loop multiplies `x` as given.
+                        None => crate::scalar::run(mat, rows, cast_slice(x), m, outs),
+                    }
+                }
             }
         }
     }
@@ -730,6 +908,16 @@ mod imp {
         );
     }
 
+    /// Row `i` of `x` rounded to int8, `blocks` blocks a row.
+    #[inline(always)]
+    fn int8_row<'q>(q: &'q QuantizedRows, blocks: usize) -> impl Fn(usize) -> Int8Row<'q> + Copy {
+        move |i: usize| Int8Row {
+            quants: &q.quants[i * blocks..(i + 1) * blocks],
+            steps: &q.steps[i * blocks..(i + 1) * blocks],
+            sums: cast_slice(&q.sums[i * q.sum_stride..(i + 1) * q.sum_stride]),
+        }
+    }
+
     /// Integer weights against the int8 rows of `x` when given, else against `x` widened.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
@@ -745,11 +933,7 @@ mod imp {
     ) {
         match int8 {
             Some(q) => {
-                let x_row = |i: usize| Int8Row {
-                    quants: &q.quants[i * blocks..(i + 1) * blocks],
-                    steps: &q.steps[i * blocks..(i + 1) * blocks],
-                    sums: cast_slice(&q.sums[i * q.sum_stride..(i + 1) * q.sum_stride]),
-                };
+                let x_row = int8_row(q, blocks);
                 sweep(simd, Int8(PhantomData), row, rows, x_row, blocks, m, outs);
             }
             None => widened_sweep(simd, row, rows, x, blocks, m, outs),

@@ -30,6 +30,8 @@ pub enum KernelError {
     },
     #[error("attention inputs do not match their shape: {0}")]
     AttentionShape(String),
+    #[error("Q4_K superblocks cannot be packed: {0}")]
+    Superblocks(String),
     #[error("unknown weight format {0:?}; expected f32, bf16, q8_0, q4, q8_0-a8 or q4-a8")]
     UnknownFormat(String),
 }

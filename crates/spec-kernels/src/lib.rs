@@ -34,7 +34,13 @@
 //!   exactly in integers (`vpmaddubsw`, `vpmaddwd`) and scaled into f32 once, so no weight is
 //!   widened to f32. The result is the f32 product of the *rounded* `x`
 //!   ([`PackedMatrix::rounded_input`]) with the stored weights: a different model from the
-//!   checkpoint's, offered by name only.
+//!   checkpoint's, offered by name only;
+//! - a GGUF's Q4_K matrices may instead be packed from their superblocks as they are
+//!   ([`PackedMatrix::pack_q4_superblocks`], in `Q4A8`): 256 weights share an f32 step and
+//!   minimum step and each block of 32 keeps 6-bit factors of them (0.59 bytes a weight
+//!   instead of Q4's 0.75). `x` is then rounded with one step a superblock (llama.cpp's Q8_K),
+//!   each block's integer sum is multiplied by its 6-bit scale in the integer multiply-add and
+//!   summed in integers over the superblock, and one f32 multiply-add a superblock scales it.
 //!
 //! Layouts: each row is padded with zeros to a multiple of 32 columns (one block), and rows are
 //! stored in panels of 2, block by block (block `b` of rows `2p` and `2p + 1`, then block
@@ -52,7 +58,9 @@
 //!   gives two vectors of 8 consecutive weights with a mask and a shift; `[scale, min]` a block
 //!   in the panels, except for `Q4A8`, which keeps a scale a block in the panels and the blocks'
 //!   minimums apart, row after row, so that a row's minimums enter its product once, 8 blocks a
-//!   multiply-add against the rounded `x`'s block sums.
+//!   multiply-add against the rounded `x`'s block sums;
+//! - Q4_K superblocks: the nibbles as for Q4; a superblock's 8 scales as one word and its step
+//!   in the panels, its 8 minimums as one word and its minimum step apart, row after row.
 
 mod activations;
 mod avx2;
@@ -64,7 +72,7 @@ mod team;
 
 pub use error::KernelError;
 pub use ops::{AttentionShape, attention, attention_with, dot, swiglu, swiglu_with};
-pub use pack::{BLOCK, PackedMatrix, WeightFormat};
+pub use pack::{BLOCK, PackedMatrix, Q4Superblock, SUPERBLOCK, WeightFormat};
 
 /// Which instruction set a product runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

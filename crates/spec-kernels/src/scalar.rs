@@ -43,6 +43,21 @@ pub(crate) fn dequantize_row(mat: &PackedMatrix, r: usize, out: &mut [f32]) {
                 let (scale, min) = (scales[at], mins[r * blocks + b]);
                 write_q4_block(&quants[at * 2..(at + 1) * 2], scale, min, out);
             }
+            Storage::Q4K {
+                quants,
+                scales,
+                steps,
+                mins,
+                neg_min_steps,
+            } => {
+                let (s, j) = (b / 8, b % 8);
+                let per_row = blocks / 8;
+                let at_s = block_index(r, s, per_row);
+                let step = steps[at_s] * f32::from(scales[at_s].to_le_bytes()[j]);
+                let min_quant = mins[r * per_row + s].to_le_bytes()[j];
+                let min = neg_min_steps[r * per_row + s] * f32::from(min_quant);
+                write_q4_block(&quants[at * 2..(at + 1) * 2], step, min, out);
+            }
         }
     }
 }

@@ -9,7 +9,7 @@ use burn::tensor::{Tensor, TensorData};
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use spec_kernels::{Exec, Isa, KernelError, PackedMatrix, WeightFormat};
+use spec_kernels::{Exec, Isa, KernelError, PackedMatrix, Q4Superblock, SUPERBLOCK, WeightFormat};
 
 const FORMATS: [WeightFormat; 6] = WeightFormat::ALL;
 
@@ -89,6 +89,118 @@ fn run_case(m: usize, n: usize, k: usize, seed: u64) -> Result<(), TestCaseError
     Ok(())
 }
 
+/// Superblocks for `[n, k]` as a Q4_K checkpoint holds them: f16 steps, 6-bit scales and
+/// minimums, 4-bit quants.
+fn superblocks(n: usize, k: usize, rng: &mut ChaCha8Rng) -> Vec<Q4Superblock> {
+    let f16 = |v: f32| half::f16::from_f32(v).to_f32();
+    (0..n * k / SUPERBLOCK)
+        .map(|_| Q4Superblock {
+            scale: f16(rng.random_range(1e-4f32..2e-3)),
+            min_scale: f16(rng.random_range(1e-4f32..2e-2)),
+            scales: std::array::from_fn(|_| rng.random_range(0u8..64)),
+            mins: std::array::from_fn(|_| rng.random_range(0u8..64)),
+            quants: std::array::from_fn(|_| rng.random_range(0u8..16)),
+        })
+        .collect()
+}
+
+/// Superblocks kept as they are multiply as their f32 values would, on every path, for every
+/// row count; other formats pack their f32 values.
+fn superblock_case(m: usize, n: usize, supers: usize, seed: u64) -> Result<(), TestCaseError> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let k = supers * SUPERBLOCK;
+    let blocks = superblocks(n, k, &mut rng);
+    let weights: Vec<f32> = blocks.iter().flat_map(Q4Superblock::dequantize).collect();
+    let x = random(m * k, &mut rng);
+    for format in [WeightFormat::Q4A8, WeightFormat::Q4, WeightFormat::F32] {
+        let mat = PackedMatrix::pack_q4_superblocks(&blocks, n, k, format)
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(mat.format(), format);
+        // Kept as they are (and in f32) the weights are the checkpoint's values; `q4` finds
+        // each block's grid again from them, to f32 rounding of its scale.
+        let exact = format != WeightFormat::Q4;
+        for (a, b) in mat.dequantize().iter().zip(&weights) {
+            let tolerance = if exact { 0.0 } else { 1e-6 * b.abs().max(1e-3) };
+            prop_assert!(
+                (a - b).abs() <= tolerance,
+                "{}: stored {} for {}",
+                format,
+                a,
+                b
+            );
+        }
+        for isa in [Isa::Auto, Isa::Scalar] {
+            for parallel in [false, true] {
+                let mut y = vec![f32::NAN; m * n];
+                mat.matmul_with(&x, m, &mut y, Exec { isa, parallel })
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                check(&mat, &x, m, &y)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    #[test]
+    fn q4_superblocks_match_reference(
+        m in 1usize..=16,
+        n in 1usize..40,
+        supers in 1usize..4,
+        seed in any::<u64>(),
+    ) {
+        superblock_case(m, n, supers, seed)?;
+    }
+}
+
+#[test]
+fn q4_superblocks_are_kept_in_0_59_bytes_a_weight() {
+    let mut rng = ChaCha8Rng::seed_from_u64(21);
+    let (n, k) = (6, 512);
+    let blocks = superblocks(n, k, &mut rng);
+    let native = PackedMatrix::pack_q4_superblocks(&blocks, n, k, WeightFormat::Q4A8).unwrap();
+    // Per 256 weights: 128 bytes of quants, 8 scales, a step, 8 minimums, a minimum step.
+    assert_eq!(
+        native.stored_bytes(),
+        n * (k / SUPERBLOCK) * (128 + 8 + 4 + 8 + 4)
+    );
+    let weights: Vec<f32> = blocks.iter().flat_map(Q4Superblock::dequantize).collect();
+    let widened = PackedMatrix::pack(&weights, n, k, WeightFormat::Q4A8).unwrap();
+    assert_eq!(native.dequantize(), widened.dequantize());
+    // A row that does not end on a superblock, a missing superblock, a quant of 5 bits.
+    assert!(matches!(
+        PackedMatrix::pack_q4_superblocks(&blocks, n, k + 32, WeightFormat::Q4A8),
+        Err(KernelError::Superblocks(_))
+    ));
+    assert!(PackedMatrix::pack_q4_superblocks(&blocks[1..], n, k, WeightFormat::Q4A8).is_err());
+    // `x` is rounded with one step a superblock: each input moves by at most half of it,
+    // max |x| / 254 over its 256 inputs.
+    let x = random(2 * k, &mut rng);
+    let rounded = native.rounded_input(&x, 2);
+    for (run_x, run_r) in x.chunks(SUPERBLOCK).zip(rounded.chunks(SUPERBLOCK)) {
+        let amax = run_x.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+        for (a, b) in run_x.iter().zip(run_r) {
+            assert!(
+                (a - b).abs() <= amax / 254.0 * (1.0 + 1e-5),
+                "{a} rounded to {b}"
+            );
+        }
+        let step = amax / 127.0;
+        for b in run_r {
+            let levels = b / step;
+            assert!(
+                (levels - levels.round()).abs() < 1e-3,
+                "{b} is not on the superblock's grid of {step}"
+            );
+        }
+    }
+    let mut bad = blocks.clone();
+    bad[3].quants[17] = 16;
+    assert!(PackedMatrix::pack_q4_superblocks(&bad, n, k, WeightFormat::Q4A8).is_err());
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
@@ -109,13 +221,22 @@ proptest! {
 /// threaded split are covered by `m` in 1..=16 and the odd `n`.
 #[test]
 fn a_row_does_not_depend_on_the_others() {
-    let (n, k) = (203, 1000);
+    let (n, k) = (203, 1024);
     let mut rng = ChaCha8Rng::seed_from_u64(7);
     let x = random(16 * k, &mut rng);
-    for format in FORMATS {
-        let weights = weights_for(format, n, k, &mut rng);
-        let mat = PackedMatrix::pack(&weights, n, k, format).unwrap();
-        assert_eq!(mat.format(), format);
+    let mut matrices: Vec<PackedMatrix> = FORMATS
+        .into_iter()
+        .map(|format| {
+            let weights = weights_for(format, n, k, &mut rng);
+            let mat = PackedMatrix::pack(&weights, n, k, format).unwrap();
+            assert_eq!(mat.format(), format);
+            mat
+        })
+        .collect();
+    let blocks = superblocks(n, k, &mut rng);
+    matrices.push(PackedMatrix::pack_q4_superblocks(&blocks, n, k, WeightFormat::Q4A8).unwrap());
+    for mat in &matrices {
+        let format = mat.format();
         let alone: Vec<Vec<u32>> = (0..16)
             .map(|i| {
                 let y = mat.matmul(&x[i * k..(i + 1) * k], 1).unwrap();

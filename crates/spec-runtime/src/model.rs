@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use burn::module::{Module, Param};
 use burn::tensor::{Int, Tensor, TensorData, activation, backend::Backend};
-use spec_kernels::PackedMatrix;
 pub use spec_kernels::WeightFormat;
+use spec_kernels::{PackedMatrix, Q4Superblock};
 
 use crate::cache::KvCache;
 use crate::config::ModelConfig;
@@ -128,15 +128,28 @@ pub struct PackedBlock {
     pub down: SkinnyLinear,
 }
 
+/// A block's projections under their Hugging Face names, in the order q, k, v, o, gate, up, down.
+const BLOCK_PROJECTIONS: [&str; 7] = [
+    "self_attn.q_proj",
+    "self_attn.k_proj",
+    "self_attn.v_proj",
+    "self_attn.o_proj",
+    "mlp.gate_proj",
+    "mlp.up_proj",
+    "mlp.down_proj",
+];
+
 /// A projection's host weight and bias as read from a checkpoint.
 type HostProjection = (HostTensor, Option<HostTensor>);
 
-/// A projection's host weights `[rows, cols]` and bias `[rows]`, borrowed for packing.
+/// A projection's host weights `[rows, cols]` and bias `[rows]`, borrowed for packing, and
+/// the checkpoint's Q4_K superblocks of the weights when it has them.
 struct Projection<'a> {
     weight: &'a [f32],
     rows: usize,
     cols: usize,
     bias: Option<&'a [f32]>,
+    superblocks: Option<&'a [Q4Superblock]>,
 }
 
 impl<'a> Projection<'a> {
@@ -146,11 +159,20 @@ impl<'a> Projection<'a> {
             rows: weight.shape.first().copied().unwrap_or(0),
             cols: weight.shape.get(1).copied().unwrap_or(0),
             bias: bias.map(|b| b.data.as_slice()),
+            superblocks: None,
+        }
+    }
+
+    fn with_superblocks(self, superblocks: Option<&'a [Q4Superblock]>) -> Self {
+        Self {
+            superblocks,
+            ..self
         }
     }
 }
 
-/// `parts` stacked row-wise into one packed projection (they must share `cols`).
+/// `parts` stacked row-wise into one packed projection (they must share `cols`). In `q4-a8`,
+/// parts that all come as Q4_K superblocks are packed from them, as they are.
 fn stack(parts: &[Projection<'_>], format: WeightFormat) -> Result<SkinnyLinear> {
     let cols = parts.first().map_or(0, |p| p.cols);
     if parts.iter().any(|p| p.cols != cols) {
@@ -159,11 +181,24 @@ fn stack(parts: &[Projection<'_>], format: WeightFormat) -> Result<SkinnyLinear>
         ));
     }
     let rows = parts.iter().map(|p| p.rows).sum();
+    let bias = stacked_bias(parts);
+    let superblocks: Option<Vec<&[Q4Superblock]>> = parts.iter().map(|p| p.superblocks).collect();
+    if let Some(superblocks) = superblocks.filter(|_| format == WeightFormat::Q4A8) {
+        let matrix =
+            PackedMatrix::pack_q4_superblocks(&superblocks.concat(), rows, cols, format)
+                .map_err(|e| RuntimeError::InvalidConfig(format!("packing a projection: {e}")))?;
+        return Ok(SkinnyLinear { matrix, bias });
+    }
     let mut weight = Vec::with_capacity(rows * cols);
     for p in parts {
         weight.extend_from_slice(p.weight);
     }
-    let bias = parts.iter().any(|p| p.bias.is_some()).then(|| {
+    SkinnyLinear::new(&weight, rows, cols, bias, format)
+}
+
+/// The biases of `parts` stacked, zeros for a part without one; `None` when none has one.
+fn stacked_bias(parts: &[Projection<'_>]) -> Option<Vec<f32>> {
+    parts.iter().any(|p| p.bias.is_some()).then(|| {
         parts
             .iter()
             .flat_map(|p| match p.bias {
@@ -171,8 +206,7 @@ fn stack(parts: &[Projection<'_>], format: WeightFormat) -> Result<SkinnyLinear>
                 None => vec![0.0; p.rows],
             })
             .collect()
-    });
-    SkinnyLinear::new(&weight, rows, cols, bias, format)
+    })
 }
 
 impl PackedBlock {
@@ -768,22 +802,27 @@ impl<B: Backend> Transformer<B> {
             config.num_kv_heads * config.head_dim,
             config.intermediate_size,
         );
-        let mut get = |name: &str, shape: &[usize]| -> Result<HostTensor> {
-            let t = source.take(name)?;
-            if t.shape != shape {
-                return Err(RuntimeError::ShapeMismatch {
-                    name: name.into(),
-                    expected: shape.to_vec(),
-                    found: t.shape,
-                });
-            }
-            Ok(t)
-        };
+        let get =
+            |source: &mut dyn WeightSource, name: &str, shape: &[usize]| -> Result<HostTensor> {
+                let t = source.take(name)?;
+                if t.shape != shape {
+                    return Err(RuntimeError::ShapeMismatch {
+                        name: name.into(),
+                        expected: shape.to_vec(),
+                        found: t.shape,
+                    });
+                }
+                Ok(t)
+            };
         let param2 = |t: HostTensor| Param::from_tensor(t.into_tensor::<B, 2>(device));
         let param1 = |t: HostTensor| Param::from_tensor(t.into_tensor::<B, 1>(device));
 
         let skinny_format = options.skinny_format.filter(|_| is_flex::<B>());
-        let embedding = get("model.embed_tokens.weight", &[config.vocab_size, hd])?;
+        let embedding = get(
+            source,
+            "model.embed_tokens.weight",
+            &[config.vocab_size, hd],
+        )?;
         let tied_head = match skinny_format {
             Some(format) if config.tie_word_embeddings => Some(Arc::new(SkinnyLinear::new(
                 &embedding.data,
@@ -800,30 +839,43 @@ impl<B: Backend> Transformer<B> {
             let p = format!("model.layers.{i}");
             let mut take =
                 |name: &str, out: usize, inp: usize, bias: bool| -> Result<HostProjection> {
-                    let weight = get(&format!("{p}.{name}.weight"), &[out, inp])?;
+                    let weight = get(source, &format!("{p}.{name}.weight"), &[out, inp])?;
                     let bias = if bias {
-                        Some(get(&format!("{p}.{name}.bias"), &[out])?)
+                        Some(get(source, &format!("{p}.{name}.bias"), &[out])?)
                     } else {
                         None
                     };
                     Ok((weight, bias))
                 };
+            let names = BLOCK_PROJECTIONS;
             let host = [
-                take("self_attn.q_proj", h, hd, config.qkv_bias)?,
-                take("self_attn.k_proj", kv, hd, config.qkv_bias)?,
-                take("self_attn.v_proj", kv, hd, config.qkv_bias)?,
-                take("self_attn.o_proj", hd, h, false)?,
-                take("mlp.gate_proj", ff, hd, false)?,
-                take("mlp.up_proj", ff, hd, false)?,
-                take("mlp.down_proj", hd, ff, false)?,
+                take(names[0], h, hd, config.qkv_bias)?,
+                take(names[1], kv, hd, config.qkv_bias)?,
+                take(names[2], kv, hd, config.qkv_bias)?,
+                take(names[3], hd, h, false)?,
+                take(names[4], ff, hd, false)?,
+                take(names[5], ff, hd, false)?,
+                take(names[6], hd, ff, false)?,
             ];
+            // `q4-a8` keeps a checkpoint's Q4_K superblocks as they are.
+            let mut superblocks: [Option<Vec<Q4Superblock>>; 7] = Default::default();
+            if skinny_format == Some(WeightFormat::Q4A8) {
+                for (slot, name) in superblocks.iter_mut().zip(names) {
+                    *slot = source.take_q4_superblocks(&format!("{p}.{name}.weight"))?;
+                }
+            }
             let packed = match skinny_format {
-                Some(format) => Some(Arc::new(PackedBlock::new(
-                    host.each_ref().map(|(w, b)| Projection::of(w, b.as_ref())),
-                    format,
-                )?)),
+                Some(format) => {
+                    let mut parts = superblocks.iter();
+                    let projections = host.each_ref().map(|(w, b)| {
+                        Projection::of(w, b.as_ref())
+                            .with_superblocks(parts.next().and_then(Option::as_deref))
+                    });
+                    Some(Arc::new(PackedBlock::new(projections, format)?))
+                }
                 None => None,
             };
+            drop(superblocks);
             // The block's own projections run burn's matmul where the packed copy does not
             // serve; without `keep_unpacked` it serves every request and they hold nothing.
             let [q, k, v, o, gate, up, down] = if packed.is_some() && !options.keep_unpacked {
@@ -851,9 +903,10 @@ impl<B: Backend> Transformer<B> {
                 eps: config.rms_norm_eps,
             };
             blocks.push(Block {
-                input_norm: norm(get(&format!("{p}.input_layernorm.weight"), &[hd])?),
+                input_norm: norm(get(source, &format!("{p}.input_layernorm.weight"), &[hd])?),
                 attention,
                 post_attention_norm: norm(get(
+                    source,
                     &format!("{p}.post_attention_layernorm.weight"),
                     &[hd],
                 )?),
@@ -862,14 +915,14 @@ impl<B: Backend> Transformer<B> {
             });
         }
         let norm = RmsNorm {
-            weight: param1(get("model.norm.weight", &[hd])?),
+            weight: param1(get(source, "model.norm.weight", &[hd])?),
             eps: config.rms_norm_eps,
         };
         let lm_head = if config.tie_word_embeddings {
             None
         } else {
             Some(Linear::from_host(
-                get("lm_head.weight", &[config.vocab_size, hd])?,
+                get(source, "lm_head.weight", &[config.vocab_size, hd])?,
                 None,
                 skinny_format,
                 options.keep_unpacked,

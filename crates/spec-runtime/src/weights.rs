@@ -9,6 +9,9 @@ use burn::tensor::{Tensor, TensorData, backend::Backend};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use spec_gguf::GgmlType;
+use spec_kernels::Q4Superblock;
+
 use crate::config::{Architecture, HfConfig, ModelConfig};
 use crate::error::{Result, RuntimeError};
 
@@ -29,6 +32,13 @@ impl HostTensor {
 pub trait WeightSource {
     /// The tensor `name`, converted to f32; [`RuntimeError::MissingTensor`] if absent.
     fn take(&mut self, name: &str) -> Result<HostTensor>;
+
+    /// The matrix `name` as the checkpoint's Q4_K superblocks (rows of `cols / 256`, in the
+    /// `[out, in]` layout, as [`WeightSource::take`] orders rows), when it is stored so;
+    /// `None` otherwise. The packed `q4-a8` format keeps them as they are.
+    fn take_q4_superblocks(&mut self, _name: &str) -> Result<Option<Vec<Q4Superblock>>> {
+        Ok(None)
+    }
 }
 
 /// A GGUF checkpoint (llama.cpp's tensor names, dequantized to f32 on load).
@@ -90,32 +100,66 @@ impl WeightSource for GgufSource<'_> {
             .ok_or_else(|| RuntimeError::MissingTensor(gguf_name.clone()))?;
         let shape: Vec<usize> = info.shape().iter().map(|&d| d as usize).collect();
         let mut data = self.file.dequantize(info)?;
-        // llama.cpp's converter reorders the rows of Llama's q and k projections so that rotary
-        // pairs are adjacent; the decoder uses Hugging Face's half-split pairs, so undo it.
-        if self.config.architecture == Architecture::Llama {
-            let heads = if name.ends_with("q_proj.weight") || name.ends_with("q_proj.bias") {
-                Some(self.config.num_heads)
-            } else if name.ends_with("k_proj.weight") || name.ends_with("k_proj.bias") {
-                Some(self.config.num_kv_heads)
-            } else {
-                None
-            };
-            if let Some(heads) = heads {
-                data = unpermute_rotary_rows(&data, &shape, heads, self.config.head_dim)?;
-            }
+        if let Some(heads) = self.rotary_heads(name) {
+            data = unpermute_rotary_rows(&data, &shape, heads, self.config.head_dim)?;
         }
         Ok(HostTensor { shape, data })
+    }
+
+    fn take_q4_superblocks(&mut self, name: &str) -> Result<Option<Vec<Q4Superblock>>> {
+        let Some(info) = Self::gguf_name(name).and_then(|n| self.file.tensor(&n)) else {
+            return Ok(None);
+        };
+        let shape: Vec<usize> = info.shape().iter().map(|&d| d as usize).collect();
+        if info.ggml_type != GgmlType::Q4_K || shape.len() != 2 {
+            return Ok(None);
+        }
+        let blocks = spec_gguf::decode_q4_k_blocks(&self.file.read_raw(info)?)?;
+        let mut superblocks: Vec<Q4Superblock> = blocks
+            .into_iter()
+            .map(|b| Q4Superblock {
+                scale: b.d,
+                min_scale: b.dmin,
+                scales: b.scales,
+                mins: b.mins,
+                quants: b.quants,
+            })
+            .collect();
+        if let Some(heads) = self.rotary_heads(name) {
+            // A row of superblocks moves as a row of values does.
+            let units = [shape[0], shape[1] / spec_kernels::SUPERBLOCK];
+            superblocks = unpermute_rotary_rows(&superblocks, &units, heads, self.config.head_dim)?;
+        }
+        Ok(Some(superblocks))
+    }
+}
+
+impl GgufSource<'_> {
+    /// llama.cpp's converter reorders the rows of Llama's q and k projections so that rotary
+    /// pairs are adjacent; the decoder uses Hugging Face's half-split pairs, so the rows of
+    /// these tensors (of this many heads) are put back.
+    fn rotary_heads(&self, name: &str) -> Option<usize> {
+        if self.config.architecture != Architecture::Llama {
+            return None;
+        }
+        if name.ends_with("q_proj.weight") || name.ends_with("q_proj.bias") {
+            Some(self.config.num_heads)
+        } else if name.ends_with("k_proj.weight") || name.ends_with("k_proj.bias") {
+            Some(self.config.num_kv_heads)
+        } else {
+            None
+        }
     }
 }
 
 /// Inverse of llama.cpp's Llama q/k permutation: within each head, GGUF row `2j + s` is
 /// Hugging Face row `s · d/2 + j`.
-fn unpermute_rotary_rows(
-    data: &[f32],
+fn unpermute_rotary_rows<T: Clone>(
+    data: &[T],
     shape: &[usize],
     heads: usize,
     head_dim: usize,
-) -> Result<Vec<f32>> {
+) -> Result<Vec<T>> {
     let rows = shape.first().copied().unwrap_or(0);
     let cols: usize = shape.iter().skip(1).product();
     if rows != heads * head_dim || data.len() != rows * cols {
@@ -126,14 +170,13 @@ fn unpermute_rotary_rows(
         });
     }
     let half = head_dim / 2;
-    let mut out = vec![0.0f32; data.len()];
+    let mut out = Vec::with_capacity(data.len());
+    // Row `h · d + s · d/2 + j` of the result is GGUF row `h · d + 2j + s`.
     for h in 0..heads {
-        for j in 0..half {
-            for s in 0..2 {
+        for s in 0..2 {
+            for j in 0..half {
                 let src = h * head_dim + 2 * j + s;
-                let dst = h * head_dim + s * half + j;
-                out[dst * cols..(dst + 1) * cols]
-                    .copy_from_slice(&data[src * cols..(src + 1) * cols]);
+                out.extend_from_slice(&data[src * cols..(src + 1) * cols]);
             }
         }
     }
