@@ -390,25 +390,61 @@ fn q5_k(b: &[u8; 176], o: &mut [f32; QK_K]) {
     }
 }
 
+/// A Q6_K block's fields, decoded from its 210 bytes: element `e` is
+/// `(d · scales[e / 16]) · (quants[e] − 32)`, with `d` the block's f16 step, `scales` its signed
+/// 8-bit sub-block factors and `quants` its 6-bit values (0..64) in element order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Q6KBlock {
+    pub d: f32,
+    pub scales: [i8; 16],
+    pub quants: [u8; QK_K],
+}
+
+/// The fields of one Q6_K block.
 #[inline(always)]
-fn q6_k(b: &[u8; 210], o: &mut [f32; QK_K]) {
-    let d = h(b[208], b[209]);
+pub fn decode_q6_k(b: &[u8; 210]) -> Q6KBlock {
     // Per 128 elements: 64 bytes of low nibbles (elements 0..32 and 32..64 in the low nibbles of
     // bytes 0..32 and 32..64, elements 64..128 in their high nibbles) and 32 bytes holding the
     // high bit pairs of elements l, l + 32, l + 64, l + 96 at shifts 0, 2, 4, 6.
-    let mut q = [0i8; QK_K];
+    let mut quants = [0u8; QK_K];
     for half in 0..2 {
         for part in 0..4 {
             for l in 0..32 {
                 let nib = (b[64 * half + 32 * (part % 2) + l] >> (4 * (part / 2))) & 0x0F;
                 let hi = (b[128 + 32 * half + l] >> (2 * part)) & 3;
-                q[128 * half + 32 * part + l] = (nib | (hi << 4)) as i8 - 32;
+                quants[128 * half + 32 * part + l] = nib | (hi << 4);
             }
         }
     }
+    Q6KBlock {
+        d: h(b[208], b[209]),
+        scales: std::array::from_fn(|g| b[192 + g] as i8),
+        quants,
+    }
+}
+
+/// Every block of Q6_K data (`bytes` a whole number of 210-byte blocks), decoded.
+pub fn decode_q6_k_blocks(bytes: &[u8]) -> Result<Vec<Q6KBlock>, GgufError> {
+    let (blocks, rest) = bytes.as_chunks::<210>();
+    if !rest.is_empty() {
+        return Err(GgufError::SizeMismatch {
+            ty: GgmlType::Q6_K,
+            reason: format!(
+                "{} bytes is not a whole number of 210-byte blocks",
+                bytes.len()
+            ),
+        });
+    }
+    Ok(blocks.iter().map(decode_q6_k).collect())
+}
+
+#[inline(always)]
+fn q6_k(b: &[u8; 210], o: &mut [f32; QK_K]) {
+    let block = decode_q6_k(b);
+    let q: [i8; QK_K] = std::array::from_fn(|e| block.quants[e] as i8 - 32);
     let mut mul = [0f32; 16];
     for g in 0..16 {
-        mul[g] = d * f32::from(b[192 + g] as i8);
+        mul[g] = block.d * f32::from(block.scales[g]);
     }
     scale16(&q, &mul, &[0.0; 16], o);
 }

@@ -28,7 +28,10 @@ mod file;
 mod types;
 mod value;
 
-pub use dequant::{Q4KBlock, decode_q4_k, decode_q4_k_blocks, dequantize, dequantize_into};
+pub use dequant::{
+    Q4KBlock, Q6KBlock, decode_q4_k, decode_q4_k_blocks, decode_q6_k, decode_q6_k_blocks,
+    dequantize, dequantize_into,
+};
 pub use error::GgufError;
 pub use file::{DEFAULT_ALIGNMENT, GgufFile, MAX_DIMS, TensorInfo};
 pub use types::GgmlType;

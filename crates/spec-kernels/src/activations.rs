@@ -18,6 +18,10 @@ pub(crate) struct QuantizedRows {
     /// that a row's sums are read in whole vectors of 8.
     pub(crate) sums: Vec<f32>,
     pub(crate) sum_stride: usize,
+    /// With runs of 8 blocks (a superblock): per run, the integer sums of its 16 halves of a
+    /// block, the first halves' (blocks 0..8) then the second halves', as a Q6_K superblock's
+    /// scales are kept; empty otherwise.
+    pub(crate) half_sums: Vec<[i16; 16]>,
 }
 
 impl QuantizedRows {
@@ -33,7 +37,10 @@ impl QuantizedRows {
         let mut quants = Vec::with_capacity(n);
         let mut steps = Vec::with_capacity(n);
         let mut sums = Vec::with_capacity(n.div_ceil(blocks) * sum_stride);
+        let superblocks = group == 8;
+        let mut half_sums = Vec::with_capacity(if superblocks { n / 8 } else { 0 });
         for run in x.chunks(BLOCK * group) {
+            let mut halves = [0i16; 16];
             let finite = run.iter().all(|v| v.is_finite());
             // Loops without calls (libm's `roundf` is one) so that they vectorize: this runs
             // on the calling thread before every product.
@@ -48,7 +55,7 @@ impl QuantizedRows {
                 amax / 127.0
             };
             let inv = if step > 0.0 { 1.0 / step } else { 0.0 };
-            for block in run.chunks_exact(BLOCK) {
+            for (j, block) in run.chunks_exact(BLOCK).enumerate() {
                 let mut q = [0i8; BLOCK];
                 if step > 0.0 {
                     for (q, v) in q.iter_mut().zip(block) {
@@ -58,6 +65,12 @@ impl QuantizedRows {
                     }
                 }
                 let total: i32 = q.iter().map(|&v| i32::from(v)).sum();
+                if superblocks {
+                    // 16 values of at most 127 in magnitude: within i16.
+                    let first: i32 = q[..16].iter().map(|&v| i32::from(v)).sum();
+                    halves[j] = first as i16;
+                    halves[8 + j] = (total - first) as i16;
+                }
                 quants.push(q);
                 steps.push(step);
                 sums.push(step * total as f32);
@@ -65,12 +78,16 @@ impl QuantizedRows {
                     sums.resize(sums.len() + sum_stride - blocks, 0.0);
                 }
             }
+            if superblocks {
+                half_sums.push(halves);
+            }
         }
         Self {
             quants,
             steps,
             sums,
             sum_stride,
+            half_sums,
         }
     }
 

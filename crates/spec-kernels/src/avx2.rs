@@ -521,6 +521,8 @@ mod imp {
         steps: &'x [f32],
         /// The blocks' `step · Σ q` in vectors of 8, zeros past the row's blocks.
         sums: &'x [f32x8],
+        /// Per superblock, the sums of `q` over halves of a block (see `QuantizedRows`).
+        half_sums: &'x [[i16; 16]],
     }
 
     /// A weight row whose quants multiply int8 activations with integer multiply-adds.
@@ -654,70 +656,205 @@ mod imp {
         out
     }
 
-    /// Q4_K superblocks kept as they are against int8 rows of `x` ([`tile_q4k`]).
-    #[derive(Clone, Copy)]
-    struct Q4KInt8<'x, 'w>(PhantomData<(&'x (), &'w ())>);
+    /// A weight row of superblocks kept as they are (Q4_K, Q6_K), for [`tile_super`].
+    trait SuperRow: Copy {
+        /// What [`SuperRow::quants`] reads of one superblock.
+        type Super: Copy;
+        /// Whether the quants are offset by 32 (Q6_K's `q − 32`).
+        const OFFSET_32: bool;
+        /// Superblock `s`: its blocks, its scales as 16-bit lanes (lanes 0..8 the scales of
+        /// each block's first 16 weights, lanes 8..16 of its last 16; picked for block `j` by
+        /// shuffling bytes `2j`, `2j + 1` of each half) and its step.
+        fn superblock(self, simd: V3, s: usize) -> (Self::Super, __m256i, f32);
+        /// Block `j` of a superblock: its 32 quants, as unsigned bytes in order.
+        fn quants(simd: V3, sup: Self::Super, j: usize) -> __m256i;
+        /// Asks for superblock `s` of this row's panel.
+        fn prefetch(self, simd: V3, s: usize);
+        /// `total` plus the row's minimums times `x`'s block sums (`sums`, vectors of 8).
+        fn add_mins(self, simd: V3, sums: &[f32x8], total: f32x8) -> f32x8;
+    }
 
-    impl<'x, 'w> Tiles for Q4KInt8<'x, 'w> {
-        type W = Q4KRow<'w>;
+    /// A superblock's nibbles (and, for Q6_K, high bits) in the panel, and the row's lane.
+    #[derive(Clone, Copy)]
+    struct Q4KSuper<'a>(&'a [[u64; 2]; 8 * PANEL], usize);
+
+    impl<'a> SuperRow for Q4KRow<'a> {
+        type Super = Q4KSuper<'a>;
+        const OFFSET_32: bool = false;
+
+        #[inline(always)]
+        fn superblock(self, simd: V3, s: usize) -> (Self::Super, __m256i, f32) {
+            let at = s * PANEL + self.lane;
+            // Both halves of a block share its scale: the 8 scales in both 128-bit halves.
+            let bytes: __m128i = cast([self.scales[at], 0u64]);
+            let wide = simd.sse4_1._mm_cvtepu8_epi16(bytes);
+            (
+                Q4KSuper(
+                    &self.quants.as_chunks::<{ 8 * PANEL }>().0[s],
+                    self.lane % PANEL,
+                ),
+                simd.avx2._mm256_broadcastsi128_si256(wide),
+                self.steps[at],
+            )
+        }
+
+        #[inline(always)]
+        fn quants(simd: V3, sup: Self::Super, j: usize) -> __m256i {
+            unpack_nibbles(simd, sup.0[j * PANEL + sup.1])
+        }
+
+        #[inline(always)]
+        fn prefetch(self, simd: V3, s: usize) {
+            let ahead = (s * 8 * PANEL).wrapping_add(SUPER_AHEAD * 8 * PANEL);
+            prefetch_lines(
+                simd,
+                self.quants.as_ptr().wrapping_add(ahead).cast(),
+                8 * PANEL * 16,
+            );
+            let side = (s + SUPER_AHEAD) * PANEL;
+            prefetch_lines(simd, self.scales.as_ptr().wrapping_add(side).cast(), 1);
+            prefetch_lines(simd, self.steps.as_ptr().wrapping_add(side).cast(), 1);
+        }
+
+        #[inline(always)]
+        fn add_mins(self, simd: V3, sums: &[f32x8], total: f32x8) -> f32x8 {
+            Q4KRow::add_mins(self, simd, sums, total)
+        }
+    }
+
+    /// A row of Q6_K superblocks kept as they are (see `Storage::Q6K`).
+    #[derive(Clone, Copy)]
+    struct Q6KRow<'a> {
+        lows: &'a [[u64; 2]],
+        highs: &'a [u64],
+        scales: &'a [[u64; 2]],
+        steps: &'a [f32],
+        lane: usize,
+    }
+
+    #[derive(Clone, Copy)]
+    struct Q6KSuper<'a> {
+        lows: &'a [[u64; 2]; 8 * PANEL],
+        highs: &'a [u64; 8 * PANEL],
+        lane: usize,
+    }
+
+    impl<'a> SuperRow for Q6KRow<'a> {
+        type Super = Q6KSuper<'a>;
+        const OFFSET_32: bool = true;
+
+        #[inline(always)]
+        fn superblock(self, simd: V3, s: usize) -> (Self::Super, __m256i, f32) {
+            let at = s * PANEL + self.lane;
+            // The even sub-blocks' scales (each block's first 16 weights) to the low half,
+            // the odd ones' to the high half, sign-extended.
+            let bytes: __m128i = cast(self.scales[at]);
+            (
+                Q6KSuper {
+                    lows: &self.lows.as_chunks::<{ 8 * PANEL }>().0[s],
+                    highs: &self.highs.as_chunks::<{ 8 * PANEL }>().0[s],
+                    lane: self.lane % PANEL,
+                },
+                simd.avx2._mm256_cvtepi8_epi16(bytes),
+                self.steps[at],
+            )
+        }
+
+        #[inline(always)]
+        fn quants(simd: V3, sup: Self::Super, j: usize) -> __m256i {
+            let at = j * PANEL + sup.lane;
+            let low = unpack_nibbles(simd, sup.lows[at]);
+            // Byte b of the word holds the high bits of weights b, 8 + b, 16 + b, 24 + b at
+            // bits 0, 2, 4, 6: quarter q of the vector shifts its copy by 2q.
+            let word = simd.avx._mm256_set1_epi64x(sup.highs[at] as i64);
+            let shifted = simd
+                .avx2
+                ._mm256_srlv_epi64(word, simd.avx._mm256_set_epi64x(6, 4, 2, 0));
+            let high = simd
+                .avx2
+                ._mm256_and_si256(shifted, simd.avx._mm256_set1_epi8(3));
+            simd.avx2
+                ._mm256_or_si256(low, simd.avx2._mm256_slli_epi16::<4>(high))
+        }
+
+        #[inline(always)]
+        fn prefetch(self, simd: V3, s: usize) {
+            let ahead = (s + SUPER_AHEAD) * 8 * PANEL;
+            prefetch_lines(
+                simd,
+                self.lows.as_ptr().wrapping_add(ahead).cast(),
+                8 * PANEL * 16,
+            );
+            prefetch_lines(
+                simd,
+                self.highs.as_ptr().wrapping_add(ahead).cast(),
+                8 * PANEL * 8,
+            );
+            let side = (s + SUPER_AHEAD) * PANEL;
+            prefetch_lines(simd, self.scales.as_ptr().wrapping_add(side).cast(), 1);
+            prefetch_lines(simd, self.steps.as_ptr().wrapping_add(side).cast(), 1);
+        }
+
+        #[inline(always)]
+        fn add_mins(self, _simd: V3, _sums: &[f32x8], total: f32x8) -> f32x8 {
+            total
+        }
+    }
+
+    /// How many superblocks ahead a tile asks for its panels' weights: 4 KB of nibbles.
+    const SUPER_AHEAD: usize = PREFETCH_AHEAD_BYTES / (8 * PANEL * 16);
+
+    /// Superblocks kept as they are against int8 rows of `x` ([`tile_super`]).
+    #[derive(Clone, Copy)]
+    struct SuperInt8<'x, W>(PhantomData<(&'x (), W)>);
+
+    impl<'x, W: SuperRow> Tiles for SuperInt8<'x, W> {
+        type W = W;
         type X = Int8Row<'x>;
 
         #[inline(always)]
         fn tile<const RR: usize, const M: usize>(
             self,
             simd: V3,
-            rows: &[Q4KRow<'w>; RR],
+            rows: &[W; RR],
             xs: &[Int8Row<'x>; M],
             blocks: usize,
         ) -> [[f32; M]; RR] {
-            tile_q4k(simd, rows, xs, blocks)
+            tile_super(simd, rows, xs, blocks)
         }
     }
 
-    /// [`tile_int8`]'s arithmetic for Q4_K superblocks against `x` rounded with one step a
-    /// superblock (as llama.cpp's Q8_K): per row the superblock's 8 scales are widened to 16
-    /// bits once; each block's pair sums are multiplied by its scale in the integer
-    /// multiply-add that sums them (`vpmaddwd`, the scale picked out with a byte shuffle) and
-    /// added up in integers over the superblock (at most 8 · 63 · 32 · 15 · 127 in
-    /// magnitude, exact in i32 and in f32); once a superblock, the superblock's step times
-    /// `x`'s scales the sum into the f32 accumulator. The minimums enter once a row, as for
-    /// `q4-a8`'s per-block layout.
+    /// [`tile_int8`]'s arithmetic for superblocks against `x` rounded with one step a
+    /// superblock (as llama.cpp's Q8_K): per row a superblock's scales are widened to 16 bits
+    /// once; each block's pair sums are multiplied by its scales in the integer multiply-add
+    /// that sums them (`vpmaddwd`, the scales picked out with a byte shuffle) and added up in
+    /// integers over the superblock (Q6_K's offset of 32 taken off there, against `x`'s sums
+    /// of 16); once a superblock, the superblock's step times `x`'s scales the sum into the
+    /// f32 accumulator. A lane adds 4 weights of each of 8 blocks: at most 8 · 4 · 63 · 15 ·
+    /// 127 in magnitude for Q4_K (exact in f32), 8 · 4 · 127 · 63 · 127 for Q6_K (exact in
+    /// i32, rounded once into f32). Q4_K's minimums enter once a row, as for `q4-a8`'s
+    /// per-block layout.
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
-    fn tile_q4k<const RR: usize, const M: usize>(
+    fn tile_super<W: SuperRow, const RR: usize, const M: usize>(
         simd: V3,
-        rows: &[Q4KRow<'_>; RR],
+        rows: &[W; RR],
         xs: &[Int8Row<'_>; M],
         blocks: usize,
     ) -> [[f32; M]; RR] {
-        const SUPER: usize = 8 * PANEL;
         let zero = simd.splat_f32x8(0.0);
         let zero_i = simd.avx._mm256_setzero_si256();
         let mut acc = [[zero; M]; RR];
-        let ahead = PREFETCH_AHEAD_BYTES / (SUPER * 16);
         for s in 0..blocks / 8 {
             for r in (0..RR).step_by(PANEL) {
-                let row = rows[r];
-                let at = (s + ahead) * SUPER;
-                prefetch_lines(
-                    simd,
-                    row.quants.as_ptr().wrapping_add(at).cast(),
-                    SUPER * 16,
-                );
-                let side = (s + ahead) * PANEL;
-                prefetch_lines(simd, row.scales.as_ptr().wrapping_add(side).cast(), 1);
-                prefetch_lines(simd, row.steps.as_ptr().wrapping_add(side).cast(), 1);
+                rows[r].prefetch(simd, s);
             }
-            let mut quants = [&[[0u64; 2]; SUPER]; RR];
-            let mut lanes = [0usize; RR];
+            let (first, _, _) = rows[0].superblock(simd, s);
+            let mut supers = [first; RR];
             let mut scales = [zero_i; RR];
+            let mut steps = [0.0f32; RR];
             for r in 0..RR {
-                let row = rows[r];
-                quants[r] = &row.quants.as_chunks::<SUPER>().0[s];
-                lanes[r] = row.lane % PANEL;
-                let bytes: __m128i = cast([row.scales[s * PANEL + row.lane], 0u64]);
-                let wide = simd.sse4_1._mm_cvtepu8_epi16(bytes);
-                scales[r] = simd.avx2._mm256_broadcastsi128_si256(wide);
+                (supers[r], scales[r], steps[r]) = rows[r].superblock(simd, s);
             }
             let mut x_quants = [&[[0i8; BLOCK]; 8]; M];
             for i in 0..M {
@@ -725,12 +862,12 @@ mod imp {
             }
             let mut sums = [[zero_i; M]; RR];
             for j in 0..8 {
-                // Bytes 2j, 2j + 1 of every 16: the 16-bit scale j in every lane.
+                // Bytes 2j, 2j + 1 of each half: block j's 16-bit scales in every lane.
                 let pick = simd
                     .avx
                     ._mm256_set1_epi16(i16::from_le_bytes([2 * j as u8, 2 * j as u8 + 1]));
                 for r in 0..RR {
-                    let q = unpack_nibbles(simd, quants[r][j * PANEL + lanes[r]]);
+                    let q = W::quants(simd, supers[r], j);
                     let factors = simd.avx2._mm256_shuffle_epi8(scales[r], pick);
                     for i in 0..M {
                         let x: __m256i = cast(x_quants[i][j]);
@@ -741,11 +878,17 @@ mod imp {
                 }
             }
             for r in 0..RR {
-                let step = rows[r].steps[s * PANEL + rows[r].lane];
                 for i in 0..M {
-                    let factor = simd.splat_f32x8(step * xs[i].steps[8 * s]);
+                    let mut total = sums[r][i];
+                    if W::OFFSET_32 {
+                        let halves: __m256i = cast(xs[i].half_sums[s]);
+                        let offset = simd.avx2._mm256_madd_epi16(scales[r], halves);
+                        let offset = simd.avx2._mm256_slli_epi32::<5>(offset);
+                        total = simd.avx2._mm256_sub_epi32(total, offset);
+                    }
+                    let factor = simd.splat_f32x8(steps[r] * xs[i].steps[8 * s]);
                     acc[r][i] = simd.mul_add_f32x8(
-                        simd.convert_i32x8_to_f32x8(cast(sums[r][i])),
+                        simd.convert_i32x8_to_f32x8(cast(total)),
                         factor,
                         acc[r][i],
                     );
@@ -860,26 +1003,59 @@ mod imp {
                         neg_min_steps: &neg_min_steps[r * per_row..(r + 1) * per_row],
                         lane: r % PANEL,
                     };
-                    match int8 {
-                        Some(q) => {
-                            let x_row = int8_row(q, blocks);
-                            sweep(
-                                simd,
-                                Q4KInt8(PhantomData),
-                                row,
-                                rows,
-                                x_row,
-                                blocks,
-                                m,
-                                outs,
-                            );
-                        }
-                        // `matmul_with` always rounds `x` for this format; without the
-                        // rounded rows the portable loop multiplies `x` as given.
-                        None => crate::scalar::run(mat, rows, cast_slice(x), m, outs),
-                    }
+                    superblock_sweep(simd, mat, row, rows, x, int8, m, outs);
+                }
+                Storage::Q6K {
+                    lows,
+                    highs,
+                    scales,
+                    steps,
+                } => {
+                    let lows: &[[u64; 2]] = cast_slice(lows);
+                    let per_row = blocks / 8;
+                    let row = |r: usize| Q6KRow {
+                        lows: panel(lows, r, blocks),
+                        highs: panel(highs, r, blocks),
+                        scales: panel(scales, r, per_row),
+                        steps: panel(steps, r, per_row),
+                        lane: r % PANEL,
+                    };
+                    superblock_sweep(simd, mat, row, rows, x, int8, m, outs);
                 }
             }
+        }
+    }
+
+    /// Superblocks against the int8 rows of `x`. `matmul_with` always rounds `x` for these
+    /// layouts; without the rounded rows the portable loop multiplies `x` as given.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn superblock_sweep<W: SuperRow>(
+        simd: V3,
+        mat: &PackedMatrix,
+        row: impl Fn(usize) -> W,
+        rows: Range<usize>,
+        x: &[[f32x8; 4]],
+        int8: Option<&QuantizedRows>,
+        m: usize,
+        outs: &mut [&mut [f32]],
+    ) {
+        let blocks = mat.padded_cols() / BLOCK;
+        match int8 {
+            Some(q) => {
+                let x_row = int8_row(q, blocks);
+                sweep(
+                    simd,
+                    SuperInt8(PhantomData),
+                    row,
+                    rows,
+                    x_row,
+                    blocks,
+                    m,
+                    outs,
+                );
+            }
+            None => crate::scalar::run(mat, rows, cast_slice(x), m, outs),
         }
     }
 
@@ -915,6 +1091,10 @@ mod imp {
             quants: &q.quants[i * blocks..(i + 1) * blocks],
             steps: &q.steps[i * blocks..(i + 1) * blocks],
             sums: cast_slice(&q.sums[i * q.sum_stride..(i + 1) * q.sum_stride]),
+            half_sums: q
+                .half_sums
+                .get(i * blocks / 8..(i + 1) * blocks / 8)
+                .unwrap_or(&[]),
         }
     }
 

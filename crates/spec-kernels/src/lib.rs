@@ -72,7 +72,7 @@ mod team;
 
 pub use error::KernelError;
 pub use ops::{AttentionShape, attention, attention_with, dot, swiglu, swiglu_with};
-pub use pack::{BLOCK, PackedMatrix, Q4Superblock, SUPERBLOCK, WeightFormat};
+pub use pack::{BLOCK, PackedMatrix, Q4Superblock, Q6Superblock, SUPERBLOCK, WeightFormat};
 
 /// Which instruction set a product runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -68,6 +68,28 @@ impl Q4Superblock {
     }
 }
 
+/// 256 weights as a GGUF Q6_K block holds them, its bytes decoded: 16 sub-blocks of 16, each
+/// with a signed 8-bit scale on the superblock's f32 step,
+/// `w[e] = (scale · scales[e / 16]) · (quants[e] − 32)`.
+/// [`PackedMatrix::pack_q6_superblocks`] keeps them as they are.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Q6Superblock {
+    pub scale: f32,
+    pub scales: [i8; 16],
+    /// One quant a weight, in order, each below 64.
+    pub quants: [u8; SUPERBLOCK],
+}
+
+impl Q6Superblock {
+    /// The 256 weights, evaluated as GGUF's dequantization evaluates them.
+    pub fn dequantize(&self) -> [f32; SUPERBLOCK] {
+        std::array::from_fn(|e| {
+            let step = self.scale * f32::from(self.scales[e / 16]);
+            step * f32::from(self.quants[e] as i8 - 32)
+        })
+    }
+}
+
 /// Below this many stored weights a product runs on the calling thread: splitting costs more
 /// than it saves.
 const PARALLEL_MIN_WEIGHTS: usize = 1 << 16;
@@ -203,6 +225,18 @@ pub(crate) enum Storage {
         steps: Vec<f32>,
         mins: Vec<u64>,
         neg_min_steps: Vec<f32>,
+    },
+    /// [`WeightFormat::Q4A8`] from [`Q6Superblock`]s, kept as they are (0.83 bytes a weight
+    /// instead of Q8_0's 1.125), all in the panels: each block's low 4 bits of its quants as
+    /// for `Q4` (`lows`, two words a block) and their high 2 bits in one word (`highs`: byte
+    /// `b` holds those of weights `b`, `8 + b`, `16 + b`, `24 + b` at bits 0, 2, 4, 6), and
+    /// each superblock's 16 scales (the even sub-blocks' first, then the odd ones', as two
+    /// words) and its step.
+    Q6K {
+        lows: Vec<u64>,
+        highs: Vec<u64>,
+        scales: Vec<[u64; 2]>,
+        steps: Vec<f32>,
     },
 }
 
@@ -386,6 +420,80 @@ impl PackedMatrix {
         })
     }
 
+    /// Packs `[rows, cols]` weights given as Q6_K superblocks (`cols / 256` a row, row after
+    /// row). In [`WeightFormat::Q4A8`] they are kept as they are (see [`Q6Superblock`]; the
+    /// matrix reports `Q4A8`, the checkpoint's blocks kept with activations rounded to int8);
+    /// another `format` packs their f32 values as [`PackedMatrix::pack`] does.
+    pub fn pack_q6_superblocks(
+        superblocks: &[Q6Superblock],
+        rows: usize,
+        cols: usize,
+        format: WeightFormat,
+    ) -> Result<Self, KernelError> {
+        let per_row = cols / SUPERBLOCK;
+        if !cols.is_multiple_of(SUPERBLOCK) || superblocks.len() != rows * per_row {
+            return Err(KernelError::Superblocks(format!(
+                "{} superblocks for a {rows}×{cols} matrix (rows must be whole superblocks of \
+                 {SUPERBLOCK})",
+                superblocks.len()
+            )));
+        }
+        if let Some(i) = superblocks
+            .iter()
+            .position(|s| !s.scale.is_finite() || s.quants.iter().any(|&q| q > 63))
+        {
+            return Err(KernelError::Superblocks(format!(
+                "superblock {i} (row {}) has a step that is not finite or a quant above 63",
+                i / per_row.max(1)
+            )));
+        }
+        if format != WeightFormat::Q4A8 {
+            let weights: Vec<f32> = superblocks.iter().flat_map(|s| s.dequantize()).collect();
+            return Self::pack(&weights, rows, cols, format);
+        }
+        let blocks = cols / BLOCK;
+        let panel_rows = rows.div_ceil(PANEL) * PANEL;
+        let mut lows = vec![0u64; panel_rows * blocks * 2];
+        let mut highs = vec![0u64; panel_rows * blocks];
+        let mut scales = vec![[0u64; 2]; panel_rows * per_row];
+        let mut steps = vec![0.0f32; panel_rows * per_row];
+        for (i, sb) in superblocks.iter().enumerate() {
+            let (r, s) = (i / per_row, i % per_row);
+            let at_s = block_index(r, s, per_row);
+            steps[at_s] = sb.scale;
+            let even: [u8; 8] = std::array::from_fn(|j| sb.scales[2 * j] as u8);
+            let odd: [u8; 8] = std::array::from_fn(|j| sb.scales[2 * j + 1] as u8);
+            scales[at_s] = [u64::from_le_bytes(even), u64::from_le_bytes(odd)];
+            for (j, q) in sb.quants.chunks_exact(BLOCK).enumerate() {
+                let at = block_index(r, s * 8 + j, blocks);
+                for h in 0..2 {
+                    let bytes: [u8; 8] = std::array::from_fn(|l| {
+                        (q[8 * h + l] & 0xF) | ((q[16 + 8 * h + l] & 0xF) << 4)
+                    });
+                    lows[at * 2 + h] = u64::from_le_bytes(bytes);
+                }
+                let bytes: [u8; 8] = std::array::from_fn(|b| {
+                    (0..4).fold(0u8, |acc, lane| {
+                        acc | ((q[8 * lane + b] >> 4) << (2 * lane))
+                    })
+                });
+                highs[at] = u64::from_le_bytes(bytes);
+            }
+        }
+        Ok(Self {
+            rows,
+            cols,
+            padded_cols: cols,
+            format,
+            storage: Storage::Q6K {
+                lows,
+                highs,
+                scales,
+                steps,
+            },
+        })
+    }
+
     /// Output features (`n`).
     pub fn rows(&self) -> usize {
         self.rows
@@ -430,6 +538,12 @@ impl PackedMatrix {
                     + mins.len() * 8
                     + neg_min_steps.len() * 4
             }
+            Storage::Q6K {
+                lows,
+                highs,
+                scales,
+                steps,
+            } => lows.len() * 8 + highs.len() * 8 + scales.len() * 16 + steps.len() * 4,
         }
     }
 
@@ -446,10 +560,10 @@ impl PackedMatrix {
     }
 
     /// How many blocks of 32 inputs share one int8 step when the format rounds activations:
-    /// a superblock's 8 for Q4_K superblocks kept as they are, otherwise 1.
+    /// a superblock's 8 for Q4_K and Q6_K superblocks kept as they are, otherwise 1.
     fn activation_group(&self) -> usize {
         match self.storage {
-            Storage::Q4K { .. } => SUPERBLOCK / BLOCK,
+            Storage::Q4K { .. } | Storage::Q6K { .. } => SUPERBLOCK / BLOCK,
             _ => 1,
         }
     }

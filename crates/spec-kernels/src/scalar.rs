@@ -58,6 +58,28 @@ pub(crate) fn dequantize_row(mat: &PackedMatrix, r: usize, out: &mut [f32]) {
                 let min = neg_min_steps[r * per_row + s] * f32::from(min_quant);
                 write_q4_block(&quants[at * 2..(at + 1) * 2], step, min, out);
             }
+            Storage::Q6K {
+                lows,
+                highs,
+                scales,
+                steps,
+            } => {
+                let (s, j) = (b / 8, b % 8);
+                let at_s = block_index(r, s, blocks / 8);
+                let [even, odd] = scales[at_s].map(u64::to_le_bytes);
+                let high = highs[at].to_le_bytes();
+                for (half, scale) in [(0, even[j]), (1, odd[j])] {
+                    let step = steps[at_s] * f32::from(scale as i8);
+                    for l in 0..16 {
+                        let k = 16 * half + l;
+                        let word = lows[at * 2 + (l / 8)].to_le_bytes()[l % 8];
+                        let low = if half == 0 { word & 0xF } else { word >> 4 };
+                        let high = (high[k % 8] >> (2 * (k / 8))) & 3;
+                        let q = (low | (high << 4)) as i8 - 32;
+                        out[k] = step * f32::from(q);
+                    }
+                }
+            }
         }
     }
 }

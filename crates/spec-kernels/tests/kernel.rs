@@ -9,7 +9,9 @@ use burn::tensor::{Tensor, TensorData};
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use spec_kernels::{Exec, Isa, KernelError, PackedMatrix, Q4Superblock, SUPERBLOCK, WeightFormat};
+use spec_kernels::{
+    Exec, Isa, KernelError, PackedMatrix, Q4Superblock, Q6Superblock, SUPERBLOCK, WeightFormat,
+};
 
 const FORMATS: [WeightFormat; 6] = WeightFormat::ALL;
 
@@ -104,17 +106,46 @@ fn superblocks(n: usize, k: usize, rng: &mut ChaCha8Rng) -> Vec<Q4Superblock> {
         .collect()
 }
 
+/// Q6_K superblocks for `[n, k]`: f16 steps, signed 8-bit scales, 6-bit quants.
+fn superblocks_6(n: usize, k: usize, rng: &mut ChaCha8Rng) -> Vec<Q6Superblock> {
+    let f16 = |v: f32| half::f16::from_f32(v).to_f32();
+    (0..n * k / SUPERBLOCK)
+        .map(|_| Q6Superblock {
+            scale: f16(rng.random_range(1e-5f32..1e-3)),
+            scales: std::array::from_fn(|_| rng.random_range(-128i16..128) as i8),
+            quants: std::array::from_fn(|_| rng.random_range(0u8..64)),
+        })
+        .collect()
+}
+
 /// Superblocks kept as they are multiply as their f32 values would, on every path, for every
-/// row count; other formats pack their f32 values.
+/// row count; other formats pack their f32 values. Q4_K and Q6_K superblocks alike.
 fn superblock_case(m: usize, n: usize, supers: usize, seed: u64) -> Result<(), TestCaseError> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let k = supers * SUPERBLOCK;
     let blocks = superblocks(n, k, &mut rng);
-    let weights: Vec<f32> = blocks.iter().flat_map(Q4Superblock::dequantize).collect();
+    let blocks_6 = superblocks_6(n, k, &mut rng);
     let x = random(m * k, &mut rng);
-    for format in [WeightFormat::Q4A8, WeightFormat::Q4, WeightFormat::F32] {
-        let mat = PackedMatrix::pack_q4_superblocks(&blocks, n, k, format)
-            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+    let formats = [WeightFormat::Q4A8, WeightFormat::Q4, WeightFormat::F32];
+    let cases = formats
+        .into_iter()
+        .map(|f| (f, false))
+        .chain([(WeightFormat::Q4A8, true), (WeightFormat::F32, true)]);
+    for (format, six) in cases {
+        let (mat, weights) = if six {
+            let weights: Vec<f32> = blocks_6.iter().flat_map(Q6Superblock::dequantize).collect();
+            (
+                PackedMatrix::pack_q6_superblocks(&blocks_6, n, k, format),
+                weights,
+            )
+        } else {
+            let weights: Vec<f32> = blocks.iter().flat_map(Q4Superblock::dequantize).collect();
+            (
+                PackedMatrix::pack_q4_superblocks(&blocks, n, k, format),
+                weights,
+            )
+        };
+        let mat = mat.map_err(|e| TestCaseError::fail(e.to_string()))?;
         prop_assert_eq!(mat.format(), format);
         // Kept as they are (and in f32) the weights are the checkpoint's values; `q4` finds
         // each block's grid again from them, to f32 rounding of its scale.
@@ -199,6 +230,17 @@ fn q4_superblocks_are_kept_in_0_59_bytes_a_weight() {
     let mut bad = blocks.clone();
     bad[3].quants[17] = 16;
     assert!(PackedMatrix::pack_q4_superblocks(&bad, n, k, WeightFormat::Q4A8).is_err());
+    // Q6_K: per 256 weights 128 bytes of low nibbles, 64 of high bits, 16 scales and a step.
+    let blocks_6 = superblocks_6(n, k, &mut rng);
+    let six = PackedMatrix::pack_q6_superblocks(&blocks_6, n, k, WeightFormat::Q4A8).unwrap();
+    assert_eq!(
+        six.stored_bytes(),
+        n * (k / SUPERBLOCK) * (128 + 64 + 16 + 4)
+    );
+    let mut bad = blocks_6.clone();
+    bad[1].quants[200] = 64;
+    assert!(PackedMatrix::pack_q6_superblocks(&bad, n, k, WeightFormat::Q4A8).is_err());
+    assert!(PackedMatrix::pack_q6_superblocks(&blocks_6, n, k + 32, WeightFormat::Q4A8).is_err());
 }
 
 proptest! {
@@ -235,6 +277,8 @@ fn a_row_does_not_depend_on_the_others() {
         .collect();
     let blocks = superblocks(n, k, &mut rng);
     matrices.push(PackedMatrix::pack_q4_superblocks(&blocks, n, k, WeightFormat::Q4A8).unwrap());
+    let blocks = superblocks_6(n, k, &mut rng);
+    matrices.push(PackedMatrix::pack_q6_superblocks(&blocks, n, k, WeightFormat::Q4A8).unwrap());
     for mat in &matrices {
         let format = mat.format();
         let alone: Vec<Vec<u32>> = (0..16)

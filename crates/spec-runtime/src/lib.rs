@@ -20,4 +20,6 @@ pub use error::{Result, RuntimeError};
 pub use generate::{GenerateOptions, Generation, GenerationStats, StopReason, generate_plain};
 pub use load::{LoadedModel, load_model, load_model_with};
 pub use model::{ForwardOutput, ForwardRequest, Input, LogitRows, NewTokens, Transformer};
-pub use weights::{GgufSource, HostTensor, RandomSource, SafetensorsSource, WeightSource};
+pub use weights::{
+    GgufSource, HostTensor, RandomSource, SafetensorsSource, Superblocks, WeightSource,
+};

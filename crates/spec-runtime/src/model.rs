@@ -10,14 +10,14 @@ use std::sync::Arc;
 
 use burn::module::{Module, Param};
 use burn::tensor::{Int, Tensor, TensorData, activation, backend::Backend};
+use spec_kernels::PackedMatrix;
 pub use spec_kernels::WeightFormat;
-use spec_kernels::{PackedMatrix, Q4Superblock};
 
 use crate::cache::KvCache;
 use crate::config::ModelConfig;
 use crate::error::{Result, RuntimeError};
 use crate::host::{self, HostStep};
-use crate::weights::{HostTensor, WeightSource};
+use crate::weights::{HostTensor, Superblocks, WeightSource};
 
 /// A dense projection `y = x Wᵀ + b` with `W` stored `[out, in]`.
 ///
@@ -143,13 +143,13 @@ const BLOCK_PROJECTIONS: [&str; 7] = [
 type HostProjection = (HostTensor, Option<HostTensor>);
 
 /// A projection's host weights `[rows, cols]` and bias `[rows]`, borrowed for packing, and
-/// the checkpoint's Q4_K superblocks of the weights when it has them.
+/// the checkpoint's superblocks of the weights when it has them.
 struct Projection<'a> {
     weight: &'a [f32],
     rows: usize,
     cols: usize,
     bias: Option<&'a [f32]>,
-    superblocks: Option<&'a [Q4Superblock]>,
+    superblocks: Option<&'a Superblocks>,
 }
 
 impl<'a> Projection<'a> {
@@ -163,7 +163,7 @@ impl<'a> Projection<'a> {
         }
     }
 
-    fn with_superblocks(self, superblocks: Option<&'a [Q4Superblock]>) -> Self {
+    fn with_superblocks(self, superblocks: Option<&'a Superblocks>) -> Self {
         Self {
             superblocks,
             ..self
@@ -172,7 +172,8 @@ impl<'a> Projection<'a> {
 }
 
 /// `parts` stacked row-wise into one packed projection (they must share `cols`). In `q4-a8`,
-/// parts that all come as Q4_K superblocks are packed from them, as they are.
+/// parts that all come as Q4_K superblocks, or all as Q6_K ones, are packed from them, as they
+/// are.
 fn stack(parts: &[Projection<'_>], format: WeightFormat) -> Result<SkinnyLinear> {
     let cols = parts.first().map_or(0, |p| p.cols);
     if parts.iter().any(|p| p.cols != cols) {
@@ -182,12 +183,38 @@ fn stack(parts: &[Projection<'_>], format: WeightFormat) -> Result<SkinnyLinear>
     }
     let rows = parts.iter().map(|p| p.rows).sum();
     let bias = stacked_bias(parts);
-    let superblocks: Option<Vec<&[Q4Superblock]>> = parts.iter().map(|p| p.superblocks).collect();
-    if let Some(superblocks) = superblocks.filter(|_| format == WeightFormat::Q4A8) {
-        let matrix =
-            PackedMatrix::pack_q4_superblocks(&superblocks.concat(), rows, cols, format)
+    if format == WeightFormat::Q4A8 {
+        let mut q4 = Vec::new();
+        let mut q6 = Vec::new();
+        for p in parts {
+            match p.superblocks {
+                Some(Superblocks::Q4K(blocks)) => q4.push(blocks.as_slice()),
+                Some(Superblocks::Q6K(blocks)) => q6.push(blocks.as_slice()),
+                None => {}
+            }
+        }
+        let packed = if q4.len() == parts.len() {
+            Some(PackedMatrix::pack_q4_superblocks(
+                &q4.concat(),
+                rows,
+                cols,
+                format,
+            ))
+        } else if q6.len() == parts.len() {
+            Some(PackedMatrix::pack_q6_superblocks(
+                &q6.concat(),
+                rows,
+                cols,
+                format,
+            ))
+        } else {
+            None
+        };
+        if let Some(matrix) = packed {
+            let matrix = matrix
                 .map_err(|e| RuntimeError::InvalidConfig(format!("packing a projection: {e}")))?;
-        return Ok(SkinnyLinear { matrix, bias });
+            return Ok(SkinnyLinear { matrix, bias });
+        }
     }
     let mut weight = Vec::with_capacity(rows * cols);
     for p in parts {
@@ -287,15 +314,28 @@ impl<B: Backend> Linear<B> {
         device: &B::Device,
     ) -> Result<Self> {
         let skinny = match (skinny_format, weight.shape.as_slice()) {
-            (Some(format), &[out, inp]) if is_flex::<B>() => Some(Arc::new(SkinnyLinear::new(
+            (Some(format), &[out, inp]) if is_flex::<B>() => Some(SkinnyLinear::new(
                 &weight.data,
                 out,
                 inp,
                 bias.as_ref().map(|b| b.data.clone()),
                 format,
-            )?)),
+            )?),
             _ => None,
         };
+        Self::with_skinny(weight, bias, skinny, keep_unpacked, device)
+    }
+
+    /// A projection from host weights and its packed copy (if any), keeping burn's tensors
+    /// only without one or if `keep_unpacked`.
+    fn with_skinny(
+        weight: HostTensor,
+        bias: Option<HostTensor>,
+        skinny: Option<SkinnyLinear>,
+        keep_unpacked: bool,
+        device: &B::Device,
+    ) -> Result<Self> {
+        let skinny = skinny.map(Arc::new);
         if skinny.is_some() && !keep_unpacked {
             return Ok(Self {
                 weight: None,
@@ -857,11 +897,11 @@ impl<B: Backend> Transformer<B> {
                 take(names[5], ff, hd, false)?,
                 take(names[6], hd, ff, false)?,
             ];
-            // `q4-a8` keeps a checkpoint's Q4_K superblocks as they are.
-            let mut superblocks: [Option<Vec<Q4Superblock>>; 7] = Default::default();
+            // `q4-a8` keeps a checkpoint's superblocks as they are.
+            let mut superblocks: [Option<Superblocks>; 7] = Default::default();
             if skinny_format == Some(WeightFormat::Q4A8) {
                 for (slot, name) in superblocks.iter_mut().zip(names) {
-                    *slot = source.take_q4_superblocks(&format!("{p}.{name}.weight"))?;
+                    *slot = source.take_superblocks(&format!("{p}.{name}.weight"))?;
                 }
             }
             let packed = match skinny_format {
@@ -869,7 +909,7 @@ impl<B: Backend> Transformer<B> {
                     let mut parts = superblocks.iter();
                     let projections = host.each_ref().map(|(w, b)| {
                         Projection::of(w, b.as_ref())
-                            .with_superblocks(parts.next().and_then(Option::as_deref))
+                            .with_superblocks(parts.next().and_then(Option::as_ref))
                     });
                     Some(Arc::new(PackedBlock::new(projections, format)?))
                 }
@@ -921,13 +961,19 @@ impl<B: Backend> Transformer<B> {
         let lm_head = if config.tie_word_embeddings {
             None
         } else {
-            Some(Linear::from_host(
-                get(source, "lm_head.weight", &[config.vocab_size, hd])?,
-                None,
-                skinny_format,
-                options.keep_unpacked,
-                device,
-            )?)
+            let weight = get(source, "lm_head.weight", &[config.vocab_size, hd])?;
+            let superblocks = match skinny_format {
+                Some(WeightFormat::Q4A8) => source.take_superblocks("lm_head.weight")?,
+                _ => None,
+            };
+            Some(match (skinny_format, &superblocks) {
+                (Some(format), Some(_)) => {
+                    let part = Projection::of(&weight, None).with_superblocks(superblocks.as_ref());
+                    let skinny = stack(&[part], format)?;
+                    Linear::with_skinny(weight, None, Some(skinny), options.keep_unpacked, device)?
+                }
+                _ => Linear::from_host(weight, None, skinny_format, options.keep_unpacked, device)?,
+            })
         };
         let (rope_cos, rope_sin) = rope_tables(config, device);
         Ok(Self {

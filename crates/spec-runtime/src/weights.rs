@@ -10,7 +10,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use spec_gguf::GgmlType;
-use spec_kernels::Q4Superblock;
+use spec_kernels::{Q4Superblock, Q6Superblock};
 
 use crate::config::{Architecture, HfConfig, ModelConfig};
 use crate::error::{Result, RuntimeError};
@@ -33,12 +33,19 @@ pub trait WeightSource {
     /// The tensor `name`, converted to f32; [`RuntimeError::MissingTensor`] if absent.
     fn take(&mut self, name: &str) -> Result<HostTensor>;
 
-    /// The matrix `name` as the checkpoint's Q4_K superblocks (rows of `cols / 256`, in the
-    /// `[out, in]` layout, as [`WeightSource::take`] orders rows), when it is stored so;
+    /// The matrix `name` as the checkpoint's Q4_K or Q6_K superblocks (rows of `cols / 256`,
+    /// in the `[out, in]` layout, as [`WeightSource::take`] orders rows), when it is stored so;
     /// `None` otherwise. The packed `q4-a8` format keeps them as they are.
-    fn take_q4_superblocks(&mut self, _name: &str) -> Result<Option<Vec<Q4Superblock>>> {
+    fn take_superblocks(&mut self, _name: &str) -> Result<Option<Superblocks>> {
         Ok(None)
     }
+}
+
+/// A matrix as a checkpoint's k-quant superblocks, decoded (see [`WeightSource::take_superblocks`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Superblocks {
+    Q4K(Vec<Q4Superblock>),
+    Q6K(Vec<Q6Superblock>),
 }
 
 /// A GGUF checkpoint (llama.cpp's tensor names, dequantized to f32 on load).
@@ -99,42 +106,63 @@ impl WeightSource for GgufSource<'_> {
             .tensor(&gguf_name)
             .ok_or_else(|| RuntimeError::MissingTensor(gguf_name.clone()))?;
         let shape: Vec<usize> = info.shape().iter().map(|&d| d as usize).collect();
-        let mut data = self.file.dequantize(info)?;
-        if let Some(heads) = self.rotary_heads(name) {
-            data = unpermute_rotary_rows(&data, &shape, heads, self.config.head_dim)?;
-        }
+        let data = self.in_model_order(name, &shape, self.file.dequantize(info)?)?;
         Ok(HostTensor { shape, data })
     }
 
-    fn take_q4_superblocks(&mut self, name: &str) -> Result<Option<Vec<Q4Superblock>>> {
+    fn take_superblocks(&mut self, name: &str) -> Result<Option<Superblocks>> {
         let Some(info) = Self::gguf_name(name).and_then(|n| self.file.tensor(&n)) else {
             return Ok(None);
         };
         let shape: Vec<usize> = info.shape().iter().map(|&d| d as usize).collect();
-        if info.ggml_type != GgmlType::Q4_K || shape.len() != 2 {
+        if shape.len() != 2 || !matches!(info.ggml_type, GgmlType::Q4_K | GgmlType::Q6_K) {
             return Ok(None);
         }
-        let blocks = spec_gguf::decode_q4_k_blocks(&self.file.read_raw(info)?)?;
-        let mut superblocks: Vec<Q4Superblock> = blocks
-            .into_iter()
-            .map(|b| Q4Superblock {
-                scale: b.d,
-                min_scale: b.dmin,
-                scales: b.scales,
-                mins: b.mins,
-                quants: b.quants,
-            })
-            .collect();
-        if let Some(heads) = self.rotary_heads(name) {
-            // A row of superblocks moves as a row of values does.
-            let units = [shape[0], shape[1] / spec_kernels::SUPERBLOCK];
-            superblocks = unpermute_rotary_rows(&superblocks, &units, heads, self.config.head_dim)?;
-        }
+        let raw = self.file.read_raw(info)?;
+        // A row of superblocks moves as a row of values does.
+        let rows = [shape[0], shape[1] / spec_kernels::SUPERBLOCK];
+        let superblocks = if info.ggml_type == GgmlType::Q4_K {
+            let blocks = spec_gguf::decode_q4_k_blocks(&raw)?
+                .into_iter()
+                .map(|b| Q4Superblock {
+                    scale: b.d,
+                    min_scale: b.dmin,
+                    scales: b.scales,
+                    mins: b.mins,
+                    quants: b.quants,
+                })
+                .collect();
+            Superblocks::Q4K(self.in_model_order(name, &rows, blocks)?)
+        } else {
+            let blocks = spec_gguf::decode_q6_k_blocks(&raw)?
+                .into_iter()
+                .map(|b| Q6Superblock {
+                    scale: b.d,
+                    scales: b.scales,
+                    quants: b.quants,
+                })
+                .collect();
+            Superblocks::Q6K(self.in_model_order(name, &rows, blocks)?)
+        };
         Ok(Some(superblocks))
     }
 }
 
 impl GgufSource<'_> {
+    /// `rows` (shape `[rows, units]`) of tensor `name` in the decoder's order (see
+    /// [`GgufSource::rotary_heads`]).
+    fn in_model_order<T: Clone>(
+        &self,
+        name: &str,
+        shape: &[usize],
+        rows: Vec<T>,
+    ) -> Result<Vec<T>> {
+        match self.rotary_heads(name) {
+            Some(heads) => unpermute_rotary_rows(&rows, shape, heads, self.config.head_dim),
+            None => Ok(rows),
+        }
+    }
+
     /// llama.cpp's converter reorders the rows of Llama's q and k projections so that rotary
     /// pairs are adjacent; the decoder uses Hugging Face's half-split pairs, so the rows of
     /// these tensors (of this many heads) are put back.

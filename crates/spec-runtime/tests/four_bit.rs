@@ -103,11 +103,11 @@ fn q4_keeps_smollm2s_four_bit_weights() {
     assert_eq!(greedy(&q4), greedy(&f32_model));
 }
 
-/// In `q4-a8`, a checkpoint's Q4_K matrices are packed from their superblocks as they are
-/// (0.59 bytes a weight: 152 bytes a superblock); Qwen2.5-Coder-0.5B's `ffn_down` is Q4_K in
-/// half its layers and Q6_K in the others. The model stays close to the f32 one.
+/// In `q4-a8`, a checkpoint's Q4_K and Q6_K matrices are packed from their superblocks as
+/// they are (152 and 212 bytes a superblock of 256 weights); Qwen2.5-Coder-0.5B's `ffn_down` is
+/// Q4_K in half its layers and Q6_K in the others. The model stays close to the f32 one.
 #[test]
-fn q4_a8_keeps_q4_k_superblocks() {
+fn q4_a8_keeps_k_quant_superblocks() {
     let path = match spec_models::resolve("qwen2.5-coder-0.5b") {
         Ok(p) => p,
         Err(e) => {
@@ -120,22 +120,22 @@ fn q4_a8_keeps_q4_k_superblocks() {
         }
     };
     let q4_a8 = load(&path, WeightFormat::Q4A8);
-    let superblock_bytes = |rows: usize, cols: usize| rows * cols / 256 * 152;
-    let mut kept = 0;
+    let (mut four, mut six) = (0, 0);
     for block in &q4_a8.model.blocks {
         let down = &block.packed.as_deref().unwrap().down.matrix;
-        if down.stored_bytes() == superblock_bytes(down.rows(), down.cols()) {
-            assert_eq!(down.format(), WeightFormat::Q4A8);
-            kept += 1;
-        } else {
-            // Q6_K weights are not on 16 levels: Q8_0 blocks, as before.
-            assert_eq!(down.format(), WeightFormat::Q8_0A8);
+        assert_eq!(down.format(), WeightFormat::Q4A8);
+        let superblocks = down.rows() * down.cols() / 256;
+        if down.stored_bytes() == superblocks * 152 {
+            four += 1;
+        } else if down.stored_bytes() == superblocks * 212 {
+            six += 1;
         }
     }
+    let layers = q4_a8.model.blocks.len();
     assert_eq!(
-        kept,
-        q4_a8.model.blocks.len() / 2,
-        "layers whose down is Q4_K"
+        (four, six),
+        (layers / 2, layers / 2),
+        "layers whose down is Q4_K, Q6_K"
     );
 
     let f32_model = load(&path, WeightFormat::F32);
@@ -143,7 +143,7 @@ fn q4_a8_keeps_q4_k_superblocks() {
     let tokens: Vec<u32> = (1..=12).map(|i| (i * 7919) % vocab).collect();
     let exact = logits(&f32_model, &tokens);
     let a8_error = relative_error(&logits(&q4_a8, &tokens), &exact);
-    eprintln!("q4-a8 with Q4_K superblocks: {a8_error:e}");
+    eprintln!("q4-a8 with k-quant superblocks: {a8_error:e}");
     assert!(
         a8_error > 0.0 && a8_error < 0.1,
         "q4-a8 logits off f32's by {a8_error}"
