@@ -35,12 +35,13 @@
 //!   widened to f32. The result is the f32 product of the *rounded* `x`
 //!   ([`PackedMatrix::rounded_input`]) with the stored weights: a different model from the
 //!   checkpoint's, offered by name only;
-//! - a GGUF's Q4_K matrices may instead be packed from their superblocks as they are
-//!   ([`PackedMatrix::pack_q4_superblocks`], in `Q4A8`): 256 weights share an f32 step and
-//!   minimum step and each block of 32 keeps 6-bit factors of them (0.59 bytes a weight
-//!   instead of Q4's 0.75). `x` is then rounded with one step a superblock (llama.cpp's Q8_K),
-//!   each block's integer sum is multiplied by its 6-bit scale in the integer multiply-add and
-//!   summed in integers over the superblock, and one f32 multiply-add a superblock scales it.
+//! - a GGUF's Q4_K and Q6_K matrices may instead be packed from their superblocks as they are
+//!   ([`PackedMatrix::pack_q4_superblocks`], [`PackedMatrix::pack_q6_superblocks`], in
+//!   `Q4A8`): 256 weights share an f32 step and each block of 32 keeps small integer factors
+//!   of it (0.59 bytes a weight for Q4_K instead of Q4's 0.75, 0.83 for Q6_K instead of
+//!   Q8_0's 1.125). `x` is then rounded with one step a superblock (llama.cpp's Q8_K), each
+//!   block's integer sums are multiplied by their scales in the integer multiply-add and summed
+//!   in integers over the superblock, and one f32 multiply-add a superblock scales them.
 //!
 //! Layouts: each row is padded with zeros to a multiple of 32 columns (one block), and rows are
 //! stored in panels of 2, block by block (block `b` of rows `2p` and `2p + 1`, then block
@@ -60,7 +61,9 @@
 //!   minimums apart, row after row, so that a row's minimums enter its product once, 8 blocks a
 //!   multiply-add against the rounded `x`'s block sums;
 //! - Q4_K superblocks: the nibbles as for Q4; a superblock's 8 scales as one word and its step
-//!   in the panels, its 8 minimums as one word and its minimum step apart, row after row.
+//!   in the panels, its 8 minimums as one word and its minimum step apart, row after row;
+//! - Q6_K superblocks: a block's low 4 bits as Q4's nibbles and its high 2 bits in one word,
+//!   a superblock's 16 scales as two words and its step, all in the panels.
 
 mod activations;
 mod avx2;

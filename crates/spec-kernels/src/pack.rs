@@ -120,7 +120,10 @@ pub enum WeightFormat {
     /// 0.4% of its block's largest value). A different, faster model; never chosen by default.
     Q8_0A8,
     /// [`WeightFormat::Q4`] weights with activations rounded to int8 (as for
-    /// [`WeightFormat::Q8_0A8`]; a matrix Q4 cannot hold exactly is stored as `Q8_0A8`).
+    /// [`WeightFormat::Q8_0A8`]; a matrix Q4 cannot hold exactly is stored as `Q8_0A8`). A
+    /// GGUF's Q4_K and Q6_K matrices can also be kept as their superblocks in this format
+    /// ([`PackedMatrix::pack_q4_superblocks`], [`PackedMatrix::pack_q6_superblocks`]), with
+    /// activations rounded one step a superblock of 256 (llama.cpp's Q8_K).
     Q4A8,
 }
 

@@ -1,9 +1,10 @@
-//! A GGUF model's projections packed in `q4-a8` two ways, alternated round by round in one
-//! process at several row counts: per block of 32 (Q4_K matrices as Q4 blocks with an f32 scale
-//! and minimum, Q6_K ones rounded to Q8_0, `x` rounded a block at a time) and as the
-//! checkpoint's superblocks (`x` rounded a superblock at a time). Real weights, the loader's
-//! own decoding; each projection is its own product here (the decoder stacks q/k/v and
-//! gate/up, and keeps a stack of mixed Q4_K and Q6_K parts per block).
+//! A GGUF model in `q4-a8` two ways, alternated round by round in one process: per block of 32
+//! (Q4_K matrices as Q4 blocks with an f32 scale and minimum, Q6_K ones rounded to Q8_0, `x`
+//! rounded a block at a time; `LoadOptions::keep_superblocks` false) and as the checkpoint's
+//! superblocks (`x` rounded a superblock at a time; the default). First the projections alone
+//! at several row counts (real weights, the loader's own decoding; each projection is its own
+//! product here, where the decoder stacks q/k/v and gate/up and keeps a stack of mixed Q4_K
+//! and Q6_K parts per block), then plain greedy decoding of both whole models.
 //!
 //! `cargo run --release -p spec-runtime --example superblock_layouts [MODEL] [ROWS] [ROUNDS]`:
 //! MODEL a reference model's name or a GGUF path (default `qwen2.5-coder-1.5b`), ROWS a list
@@ -12,8 +13,14 @@
 use std::error::Error;
 use std::time::Instant;
 
+use burn::backend::Flex;
+use spec_core::sampling::SamplingConfig;
 use spec_kernels::{PackedMatrix, WeightFormat};
-use spec_runtime::{GgufSource, ModelConfig, Superblocks, WeightSource};
+use spec_runtime::model::LoadOptions;
+use spec_runtime::{
+    GenerateOptions, GgufSource, ModelConfig, Superblocks, WeightSource, generate_plain,
+    load_model_with,
+};
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -33,7 +40,8 @@ fn main() -> Result<(), Box<dyn Error>> {
     if rows.iter().any(|&m| m == 0 || m > 16) || rounds == 0 {
         return Err("rows must be 1..=16 and rounds at least 1".into());
     }
-    let file = spec_gguf::GgufFile::open(spec_models::resolve(model)?)?;
+    let path = spec_models::resolve(model)?;
+    let file = spec_gguf::GgufFile::open(&path)?;
     let config = ModelConfig::from_gguf(&file)?;
     let mut source = GgufSource::new(&file, config.clone());
 
@@ -113,18 +121,54 @@ fn main() -> Result<(), Box<dyn Error>> {
     );
     println!("|---|---|---|---|");
     for (t, &m) in rows.iter().enumerate() {
-        let ratio = median(
-            times[t][1]
-                .iter()
-                .zip(&times[t][0])
-                .map(|(a, b)| a / b)
-                .collect(),
-        );
         println!(
-            "| {m} | {:.1} | {:.1} | {ratio:.3} |",
+            "| {m} | {:.1} | {:.1} | {:.3} |",
             median(times[t][0].clone()),
-            median(times[t][1].clone())
+            median(times[t][1].clone()),
+            median_ratio(&times[t][1], &times[t][0])
         );
     }
+    drop(pairs);
+
+    // Whole models: plain greedy decoding of 32 tokens after a short prompt, alternated.
+    let models = [false, true].map(|keep_superblocks| {
+        let options = LoadOptions {
+            skinny_format: Some(WeightFormat::Q4A8),
+            keep_superblocks,
+            ..Default::default()
+        };
+        load_model_with::<Flex>(&path, &Default::default(), options)
+    });
+    let [per_block, kept] = models;
+    let models = [per_block?, kept?];
+    let vocab = config.vocab_size as u32;
+    let prompt: Vec<u32> = (1..=24).map(|i| (i * 7919) % vocab).collect();
+    let options = GenerateOptions::new(32, SamplingConfig::greedy());
+    let mut decode = [Vec::new(), Vec::new()];
+    let mut same = 0;
+    for round in 0..=rounds {
+        let mut tokens = [Vec::new(), Vec::new()];
+        for l in [round % 2, 1 - round % 2] {
+            let out = generate_plain(&models[l].model, &prompt, &options, &mut |_| {})?;
+            if round > 0 {
+                decode[l].push(out.stats.decode_tokens_per_second);
+            }
+            tokens[l] = out.tokens;
+        }
+        same += usize::from(tokens[0] == tokens[1]);
+    }
+    println!(
+        "decode tok/s, median of {rounds} rounds: per-block {:.2}, superblocks {:.2}; \
+         superblocks ÷ per-block {:.3} (median of rounds); same 32 tokens in {same} of {} rounds",
+        median(decode[0].clone()),
+        median(decode[1].clone()),
+        median_ratio(&decode[1], &decode[0]),
+        rounds + 1
+    );
     Ok(())
+}
+
+/// The median of the ratios `a[i] / b[i]` (taken within a round).
+fn median_ratio(a: &[f64], b: &[f64]) -> f64 {
+    median(a.iter().zip(b).map(|(a, b)| a / b).collect())
 }

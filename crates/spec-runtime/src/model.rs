@@ -504,6 +504,11 @@ pub struct LoadOptions {
     /// unused, and an f32 model would be held twice). Keeping them allows repacking a
     /// non-f32 copy in another format without reloading.
     pub keep_unpacked: bool,
+    /// In `Q4A8`, pack a checkpoint's Q4_K and Q6_K matrices from their superblocks as they
+    /// are (the default: fewer bytes, integer sums over a superblock, activations rounded one
+    /// step a superblock of 256 inputs); `false` packs their f32 values as other matrices are
+    /// (Q4_K as Q4 blocks, Q6_K as Q8_0, activations rounded one step a block of 32).
+    pub keep_superblocks: bool,
 }
 
 impl Default for LoadOptions {
@@ -511,6 +516,7 @@ impl Default for LoadOptions {
         Self {
             skinny_format: Some(WeightFormat::F32),
             keep_unpacked: false,
+            keep_superblocks: true,
         }
     }
 }
@@ -858,6 +864,9 @@ impl<B: Backend> Transformer<B> {
         let param1 = |t: HostTensor| Param::from_tensor(t.into_tensor::<B, 1>(device));
 
         let skinny_format = options.skinny_format.filter(|_| is_flex::<B>());
+        // `q4-a8` keeps a checkpoint's superblocks as they are, unless told not to.
+        let keep_superblocks =
+            options.keep_superblocks && skinny_format == Some(WeightFormat::Q4A8);
         let embedding = get(
             source,
             "model.embed_tokens.weight",
@@ -897,9 +906,8 @@ impl<B: Backend> Transformer<B> {
                 take(names[5], ff, hd, false)?,
                 take(names[6], hd, ff, false)?,
             ];
-            // `q4-a8` keeps a checkpoint's superblocks as they are.
             let mut superblocks: [Option<Superblocks>; 7] = Default::default();
-            if skinny_format == Some(WeightFormat::Q4A8) {
+            if keep_superblocks {
                 for (slot, name) in superblocks.iter_mut().zip(names) {
                     *slot = source.take_superblocks(&format!("{p}.{name}.weight"))?;
                 }
@@ -962,9 +970,10 @@ impl<B: Backend> Transformer<B> {
             None
         } else {
             let weight = get(source, "lm_head.weight", &[config.vocab_size, hd])?;
-            let superblocks = match skinny_format {
-                Some(WeightFormat::Q4A8) => source.take_superblocks("lm_head.weight")?,
-                _ => None,
+            let superblocks = if keep_superblocks {
+                source.take_superblocks("lm_head.weight")?
+            } else {
+                None
             };
             Some(match (skinny_format, &superblocks) {
                 (Some(format), Some(_)) => {
