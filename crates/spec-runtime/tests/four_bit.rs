@@ -138,6 +138,31 @@ fn q4_a8_keeps_k_quant_superblocks() {
         "layers whose down is Q4_K, Q6_K"
     );
 
+    // Without superblocks, the same matrices as Q4 blocks (0.75 bytes a weight) and Q8_0.
+    let per_block = load_model_with::<Flex>(
+        &path,
+        &Default::default(),
+        LoadOptions {
+            skinny_format: Some(WeightFormat::Q4A8),
+            keep_superblocks: false,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let formats: Vec<WeightFormat> = per_block
+        .model
+        .blocks
+        .iter()
+        .map(|b| b.packed.as_deref().unwrap().down.matrix.format())
+        .collect();
+    let q4 = formats.iter().filter(|f| **f == WeightFormat::Q4A8).count();
+    let q8 = formats
+        .iter()
+        .filter(|f| **f == WeightFormat::Q8_0A8)
+        .count();
+    assert_eq!((q4, q8), (layers / 2, layers / 2));
+    drop(per_block);
+
     let f32_model = load(&path, WeightFormat::F32);
     let vocab = q4_a8.config.vocab_size as u32;
     let tokens: Vec<u32> = (1..=12).map(|i| (i * 7919) % vocab).collect();

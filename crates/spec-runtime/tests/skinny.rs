@@ -142,6 +142,7 @@ fn a_packed_model_holds_its_projections_once() {
             LoadOptions {
                 skinny_format: Some(WeightFormat::F32),
                 keep_unpacked: true,
+                ..Default::default()
             },
         );
         assert!(kept.blocks[1].mlp.down_proj.weight.is_some(), "{arch:?}");
@@ -486,6 +487,7 @@ fn packing_after_load_equals_packing_at_load() {
             LoadOptions {
                 skinny_format: Some(WeightFormat::Q8_0),
                 keep_unpacked: true,
+                ..Default::default()
             },
         );
         kept.pack(WeightFormat::Bf16).unwrap();
