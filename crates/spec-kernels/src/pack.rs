@@ -366,14 +366,7 @@ impl PackedMatrix {
         cols: usize,
         format: WeightFormat,
     ) -> Result<Self, KernelError> {
-        let per_row = cols / SUPERBLOCK;
-        if !cols.is_multiple_of(SUPERBLOCK) || superblocks.len() != rows * per_row {
-            return Err(KernelError::Superblocks(format!(
-                "{} superblocks for a {rows}×{cols} matrix (rows must be whole superblocks of \
-                 {SUPERBLOCK})",
-                superblocks.len()
-            )));
-        }
+        let per_row = superblocks_a_row(superblocks.len(), rows, cols)?;
         if let Some(i) = superblocks.iter().position(|s| {
             !s.scale.is_finite() || !s.min_scale.is_finite() || s.quants.iter().any(|&q| q > 15)
         }) {
@@ -433,14 +426,7 @@ impl PackedMatrix {
         cols: usize,
         format: WeightFormat,
     ) -> Result<Self, KernelError> {
-        let per_row = cols / SUPERBLOCK;
-        if !cols.is_multiple_of(SUPERBLOCK) || superblocks.len() != rows * per_row {
-            return Err(KernelError::Superblocks(format!(
-                "{} superblocks for a {rows}×{cols} matrix (rows must be whole superblocks of \
-                 {SUPERBLOCK})",
-                superblocks.len()
-            )));
-        }
+        let per_row = superblocks_a_row(superblocks.len(), rows, cols)?;
         if let Some(i) = superblocks
             .iter()
             .position(|s| !s.scale.is_finite() || s.quants.iter().any(|&q| q > 63))
@@ -696,6 +682,19 @@ impl PackedMatrix {
         });
         Ok(())
     }
+}
+
+/// Superblocks a row of a `[rows, cols]` matrix given as `count` superblocks, or why they do
+/// not make one.
+fn superblocks_a_row(count: usize, rows: usize, cols: usize) -> Result<usize, KernelError> {
+    let per_row = cols / SUPERBLOCK;
+    if !cols.is_multiple_of(SUPERBLOCK) || count != rows * per_row {
+        return Err(KernelError::Superblocks(format!(
+            "{count} superblocks for a {rows}×{cols} matrix (rows must be whole superblocks of \
+             {SUPERBLOCK})"
+        )));
+    }
+    Ok(per_row)
 }
 
 /// The Q4 storage of `rows` padded rows (minimums `apart` for `Q4A8`), or `None` when a

@@ -35,6 +35,22 @@ fn logits(model: &LoadedModel<Flex>, tokens: &[u32]) -> Vec<f32> {
     out.logits.unwrap().into_data().to_vec().unwrap()
 }
 
+/// The cached model `name`, or `None` after saying why it is skipped (a failure instead with
+/// `SPEC_REQUIRE_MODELS=1`).
+fn cached(name: &str) -> Option<std::path::PathBuf> {
+    match spec_models::resolve(name) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            assert!(
+                std::env::var("SPEC_REQUIRE_MODELS").as_deref() != Ok("1"),
+                "SPEC_REQUIRE_MODELS=1 but {e}"
+            );
+            eprintln!("skipping: {e}");
+            None
+        }
+    }
+}
+
 /// The largest `|a − b|` over the largest `|b|`.
 fn relative_error(a: &[f32], b: &[f32]) -> f32 {
     let diff = a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
@@ -44,16 +60,8 @@ fn relative_error(a: &[f32], b: &[f32]) -> f32 {
 
 #[test]
 fn q4_keeps_smollm2s_four_bit_weights() {
-    let path = match spec_models::resolve("smollm2-135m") {
-        Ok(p) => p,
-        Err(e) => {
-            assert!(
-                std::env::var("SPEC_REQUIRE_MODELS").as_deref() != Ok("1"),
-                "SPEC_REQUIRE_MODELS=1 but {e}"
-            );
-            eprintln!("skipping: {e}");
-            return;
-        }
+    let Some(path) = cached("smollm2-135m") else {
+        return;
     };
     let f32_model = load(&path, WeightFormat::F32);
     let q4 = load(&path, WeightFormat::Q4);
@@ -108,16 +116,8 @@ fn q4_keeps_smollm2s_four_bit_weights() {
 /// Q4_K in half its layers and Q6_K in the others. The model stays close to the f32 one.
 #[test]
 fn q4_a8_keeps_k_quant_superblocks() {
-    let path = match spec_models::resolve("qwen2.5-coder-0.5b") {
-        Ok(p) => p,
-        Err(e) => {
-            assert!(
-                std::env::var("SPEC_REQUIRE_MODELS").as_deref() != Ok("1"),
-                "SPEC_REQUIRE_MODELS=1 but {e}"
-            );
-            eprintln!("skipping: {e}");
-            return;
-        }
+    let Some(path) = cached("qwen2.5-coder-0.5b") else {
+        return;
     };
     let q4_a8 = load(&path, WeightFormat::Q4A8);
     let (mut four, mut six) = (0, 0);
