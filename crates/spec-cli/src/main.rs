@@ -93,7 +93,8 @@ struct GenerateArgs {
     /// 4-bit checkpoint's blocks kept exactly in 0.75 bytes a weight, any other matrix as
     /// q8_0), bf16 or q8_0 (rounded once at load: a faster model that differs from the
     /// checkpoint; every method then follows that model), or q8_0-a8 / q4-a8 (those weights
-    /// multiplied by activations rounded to int8, as llama.cpp does: other models again).
+    /// multiplied by activations rounded to int8, as llama.cpp does: other models again;
+    /// q4-a8 keeps a GGUF's Q4_K and Q6_K matrices as their superblocks).
     #[arg(long, default_value = "f32")]
     weights: WeightFormat,
     /// How the draft model's projections are kept for its decode steps: f32, q4, bf16, q8_0,
