@@ -265,22 +265,6 @@ mod imp {
         lane: usize,
     }
 
-    impl Q4KRow<'_> {
-        /// `total` plus the row's minimums times `x`'s block sums (`sums`, vectors of 8): a
-        /// superblock's 8 minimums are one word of bytes, widened, converted and scaled by its
-        /// step.
-        #[inline(always)]
-        fn add_mins(self, simd: V3, sums: &[f32x8], mut total: f32x8) -> f32x8 {
-            for ((&word, &neg_step), &sum) in self.mins.iter().zip(self.neg_min_steps).zip(sums) {
-                let bytes: u8x16 = cast([word, 0u64]);
-                let mins = simd.convert_i32x8_to_f32x8(cast(simd.convert_u8x16_to_u32x8(bytes)));
-                let mins = simd.mul_f32x8(mins, simd.splat_f32x8(neg_step));
-                total = simd.mul_add_f32x8(mins, sum, total);
-            }
-            total
-        }
-    }
-
     /// A Q4 block's two words of nibbles (see `Storage::Q4`) as its 32 quants in order:
     /// bytes 0..16 hold weights 0..16 in their low nibbles and 16..32 in their high ones, so
     /// the 16 bytes go to both halves (one broadcasting load), the upper half is shifted down
@@ -716,9 +700,17 @@ mod imp {
             prefetch_lines(simd, self.steps.as_ptr().wrapping_add(side).cast(), 1);
         }
 
+        /// A superblock's 8 minimums are one word of bytes: widened, converted and scaled by
+        /// its step, they meet `x`'s sums of its 8 blocks.
         #[inline(always)]
-        fn add_mins(self, simd: V3, sums: &[f32x8], total: f32x8) -> f32x8 {
-            Q4KRow::add_mins(self, simd, sums, total)
+        fn add_mins(self, simd: V3, sums: &[f32x8], mut total: f32x8) -> f32x8 {
+            for ((&word, &neg_step), &sum) in self.mins.iter().zip(self.neg_min_steps).zip(sums) {
+                let bytes: u8x16 = cast([word, 0u64]);
+                let mins = simd.convert_i32x8_to_f32x8(cast(simd.convert_u8x16_to_u32x8(bytes)));
+                let mins = simd.mul_f32x8(mins, simd.splat_f32x8(neg_step));
+                total = simd.mul_add_f32x8(mins, sum, total);
+            }
+            total
         }
     }
 

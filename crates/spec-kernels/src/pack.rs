@@ -394,11 +394,7 @@ impl PackedMatrix {
             neg_min_steps[i] = -sb.min_scale;
             for (j, q) in sb.quants.chunks_exact(BLOCK).enumerate() {
                 let at = block_index(r, s * 8 + j, blocks);
-                for h in 0..2 {
-                    let bytes: [u8; 8] =
-                        std::array::from_fn(|l| q[8 * h + l] | (q[16 + 8 * h + l] << 4));
-                    quants[at * 2 + h] = u64::from_le_bytes(bytes);
-                }
+                quants[at * 2..at * 2 + 2].copy_from_slice(&nibble_words(q));
             }
         }
         Ok(Self {
@@ -455,12 +451,7 @@ impl PackedMatrix {
             scales[at_s] = [u64::from_le_bytes(even), u64::from_le_bytes(odd)];
             for (j, q) in sb.quants.chunks_exact(BLOCK).enumerate() {
                 let at = block_index(r, s * 8 + j, blocks);
-                for h in 0..2 {
-                    let bytes: [u8; 8] = std::array::from_fn(|l| {
-                        (q[8 * h + l] & 0xF) | ((q[16 + 8 * h + l] & 0xF) << 4)
-                    });
-                    lows[at * 2 + h] = u64::from_le_bytes(bytes);
-                }
+                lows[at * 2..at * 2 + 2].copy_from_slice(&nibble_words(q));
                 let bytes: [u8; 8] = std::array::from_fn(|b| {
                     (0..4).fold(0u8, |acc, lane| {
                         acc | ((q[8 * lane + b] >> 4) << (2 * lane))
@@ -684,6 +675,16 @@ impl PackedMatrix {
     }
 }
 
+/// The low 4 bits of a block's 32 quants as Q4's two words (see [`Storage::Q4`]): byte `l` of
+/// word `h` holds quant `8 h + l` in its low nibble and `16 + 8 h + l` in its high one.
+fn nibble_words(q: &[u8]) -> [u64; 2] {
+    std::array::from_fn(|h| {
+        let bytes: [u8; 8] =
+            std::array::from_fn(|l| (q[8 * h + l] & 0xF) | ((q[16 + 8 * h + l] & 0xF) << 4));
+        u64::from_le_bytes(bytes)
+    })
+}
+
 /// Superblocks a row of a `[rows, cols]` matrix given as `count` superblocks, or why they do
 /// not make one.
 fn superblocks_a_row(count: usize, rows: usize, cols: usize) -> Result<usize, KernelError> {
@@ -721,11 +722,7 @@ fn pack_q4(
             let (scale, min, q) = grid_block(&block[..valid])?;
             row_scales.push(scale);
             mins.push(min);
-            for h in 0..2 {
-                let bytes: [u8; 8] =
-                    std::array::from_fn(|l| q[8 * h + l] | (q[16 + 8 * h + l] << 4));
-                row_quants.push(u64::from_le_bytes(bytes));
-            }
+            row_quants.extend(nibble_words(&q));
         }
         place_row(&mut quants, r, &row_quants, blocks, BLOCK / 16);
         place_row(&mut scales, r, &row_scales, blocks, 1);

@@ -16,7 +16,7 @@ use std::time::Instant;
 use burn::backend::Flex;
 use spec_core::sampling::SamplingConfig;
 use spec_kernels::{PackedMatrix, WeightFormat};
-use spec_runtime::model::LoadOptions;
+use spec_runtime::model::{BLOCK_PROJECTIONS, LoadOptions};
 use spec_runtime::{
     GenerateOptions, GgufSource, ModelConfig, Superblocks, WeightSource, generate_plain,
     load_model_with,
@@ -47,15 +47,7 @@ fn main() -> Result<(), Box<dyn Error>> {
 
     let mut names: Vec<String> = Vec::new();
     for layer in 0..config.num_layers {
-        for part in [
-            "self_attn.q_proj",
-            "self_attn.k_proj",
-            "self_attn.v_proj",
-            "self_attn.o_proj",
-            "mlp.gate_proj",
-            "mlp.up_proj",
-            "mlp.down_proj",
-        ] {
+        for part in BLOCK_PROJECTIONS {
             names.push(format!("model.layers.{layer}.{part}.weight"));
         }
     }

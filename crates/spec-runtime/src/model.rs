@@ -128,8 +128,9 @@ pub struct PackedBlock {
     pub down: SkinnyLinear,
 }
 
-/// A block's projections under their Hugging Face names, in the order q, k, v, o, gate, up, down.
-const BLOCK_PROJECTIONS: [&str; 7] = [
+/// A block's projections under their Hugging Face names (`model.layers.{i}.{name}.weight`), in
+/// the order q, k, v, o, gate, up, down.
+pub const BLOCK_PROJECTIONS: [&str; 7] = [
     "self_attn.q_proj",
     "self_attn.k_proj",
     "self_attn.v_proj",
