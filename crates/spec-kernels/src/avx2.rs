@@ -36,9 +36,6 @@ mod imp {
         const PREFETCH_ONE_ROW: bool;
         /// Registers [`Row::part`] needs besides the widened vector (a mask, a scale).
         const TEMPORARIES: usize = 1;
-        /// Whether one or two rows of `x` run as passes of one row over 8 weight rows (the
-        /// second pass finding them in cache) instead of 4-row tiles.
-        const EIGHT_ROW_PASSES: bool = false;
     }
 
     /// How far ahead of a tile its panels' weights are asked for: 4 KB of each panel. Measured
@@ -86,15 +83,6 @@ mod imp {
         // measured 0-7% slower.
         const PREFETCH_ONE_ROW: bool = false;
         const TEMPORARIES: usize = 0;
-        // On this machine the tile's arithmetic adds to the time of streaming the weights
-        // instead of hiding under it, so the tile with the most independent sums per weight
-        // read wins. Over a whole model's products streamed from memory by both cores
-        // (docs/benchmarks.md): one row, 8 × 1 instead of 4 × 1, 3.6% faster (SmolLM2- and
-        // Qwen 1.5B-shaped); two rows, two 8 × 1 passes instead of one 4 × 2 tile, 9% faster
-        // for SmolLM2's shapes (the second pass reads the 18 KB of weights from L1) and level
-        // for the 1.5B's. From three rows on the 2-row tiles win. The narrow formats measured
-        // 8-10% slower at one row with 8 rows, so they keep 4.
-        const EIGHT_ROW_PASSES: bool = true;
 
         #[inline(always)]
         fn part(self, _simd: V3, b: usize, j: usize) -> f32x8 {
@@ -285,7 +273,7 @@ mod imp {
     /// Per vector of a block, the `M` vectors of `x` are loaded once and each widened weight
     /// vector is used `M` times: `RR + M` loads for `RR × M` FMAs, and the `RR × M` accumulators,
     /// `M` vectors of `x` and one of weights fit in the 16 AVX registers for the shapes used
-    /// (4 × 1, 8 × 1 in f32, 4 × 2, 2 × 3, 2 × 4, and 2 × 5 in f32). For 2 × 5 in bf16 and
+    /// (2 × 1, 2 × 2, 4 × 2, 2 × 3, 2 × 4, and 2 × 5 in f32). For 2 × 5 in bf16 and
     /// Q8_0 they do not (widening needs a mask or a scale too; that tile spilled), so it holds
     /// the `RR` widened weight vectors instead and reads each vector of `x` where an FMA uses
     /// it. Every shape does the same operations in the same order for a given output, so a
@@ -352,8 +340,9 @@ mod imp {
     trait Tiles: Copy {
         type W: Copy;
         type X: Copy;
-        /// Whether one or two rows of `x` run as passes over 8 weight rows (see [`Row`]).
-        const EIGHT_ROW_PASSES: bool = false;
+        /// Whether two rows of `x` run in tiles of two panels (4 weight rows × 2) rather than one
+        /// (see [`sweep`]).
+        const TWO_PANELS_FOR_TWO_ROWS: bool = false;
         fn tile<const RR: usize, const M: usize>(
             self,
             simd: V3,
@@ -370,7 +359,6 @@ mod imp {
     impl<'x, W: Row> Tiles for Widened<'x, W> {
         type W = W;
         type X = &'x [[f32x8; 4]];
-        const EIGHT_ROW_PASSES: bool = W::EIGHT_ROW_PASSES;
 
         #[inline(always)]
         fn tile<const RR: usize, const M: usize>(
@@ -457,9 +445,16 @@ mod imp {
         }
     }
 
-    /// Runs the tiles over weight rows `rows` for every row of `x`: 4 weight rows × 1 or 2 rows
-    /// of `x` for one or two rows (for f32 weights one 8 × 1 pass a row); from three rows on, 2 weight rows (one panel) × up to 4 rows
-    /// of `x` (5 when 5 are left), so each widened weight vector serves several FMAs.
+    /// Runs the tiles over weight rows `rows` for every row of `x`: tiles of one panel (2
+    /// weight rows) × every row of `x` (4 at a time, 5 when 5 are left), so each weight vector
+    /// serves several multiply-adds; two rows of `x` against superblocks take 4 weight rows × 2.
+    ///
+    /// A tile of one panel reads its weights as one sequential stream. Against tiles of two
+    /// panels (two streams, each a few KB long before the next tile), a whole model's products
+    /// took 0.68–0.84 of the time at one row in every format, and 0.78–0.92 at two rows except
+    /// against superblocks (1.14), whose tile does more arithmetic a weight; f32 at one and two
+    /// rows, whose passes of 8 × 1 a row it replaces, 0.74–0.84 and 0.92 (docs/benchmarks.md,
+    /// seventeenth session).
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn sweep<T: Tiles>(
@@ -474,23 +469,15 @@ mod imp {
     ) {
         let start = rows.start;
         let mut r = rows.start;
-        if m <= 2 && T::EIGHT_ROW_PASSES {
-            while rows.end - r >= 8 {
-                for i in 0..m {
-                    run_tile::<T, 8, 1>(simd, tiles, &row, r, r - start, i, &x_row, blocks, outs);
-                }
-                r += 8;
+        if m == 2 && T::TWO_PANELS_FOR_TWO_ROWS {
+            while rows.end - r >= 4 {
+                run_rows::<T, 4, 2>(simd, tiles, &row, r, r - start, &x_row, blocks, m, outs);
+                r += 4;
             }
         }
-        if m >= 3 {
-            while rows.end - r >= 2 {
-                run_rows::<T, 2, 4>(simd, tiles, &row, r, r - start, &x_row, blocks, m, outs);
-                r += 2;
-            }
-        }
-        while rows.end - r >= 4 {
-            run_rows::<T, 4, 2>(simd, tiles, &row, r, r - start, &x_row, blocks, m, outs);
-            r += 4;
+        while rows.end - r >= 2 {
+            run_rows::<T, 2, 4>(simd, tiles, &row, r, r - start, &x_row, blocks, m, outs);
+            r += 2;
         }
         while r < rows.end {
             run_rows::<T, 1, 2>(simd, tiles, &row, r, r - start, &x_row, blocks, m, outs);
@@ -803,6 +790,7 @@ mod imp {
     impl<'x, W: SuperRow> Tiles for SuperInt8<'x, W> {
         type W = W;
         type X = Int8Row<'x>;
+        const TWO_PANELS_FOR_TWO_ROWS: bool = true;
 
         #[inline(always)]
         fn tile<const RR: usize, const M: usize>(

@@ -12,8 +12,8 @@
 //! at load time, into a [`PackedMatrix`], and each call streams every weight row once for all `M`
 //! rows of `x`:
 //!
-//! - a register tile (4 weight rows × 1 or 2 rows of `x` for one or two rows, for f32 weights
-//!   one pass of 8 × 1 a row; from three rows on 2 weight rows × 3, 4 or 5 rows of `x`)
+//! - a register tile (one panel of 2 weight rows × 1 to 5 rows of `x`, read as one sequential
+//!   stream; 4 weight rows × 2 for two rows against superblocks)
 //!   accumulates up to 10 dot products in 8-lane vectors (AVX2 + FMA through `pulp`, detected
 //!   at run time; a scalar loop elsewhere), so each weight loaded from memory is used `M`
 //!   times (from cache after the first pass);
