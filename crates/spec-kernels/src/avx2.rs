@@ -450,11 +450,11 @@ mod imp {
     /// serves several multiply-adds; two rows of `x` against superblocks take 4 weight rows × 2.
     ///
     /// A tile of one panel reads its weights as one sequential stream. Against tiles of two
-    /// panels (two streams, each a few KB long before the next tile), a whole model's products
-    /// took 0.68–0.84 of the time at one row in every format, and 0.78–0.92 at two rows except
-    /// against superblocks (1.14), whose tile does more arithmetic a weight; f32 at one and two
-    /// rows, whose passes of 8 × 1 a row it replaces, 0.74–0.84 and 0.92 (docs/benchmarks.md,
-    /// seventeenth session).
+    /// panels (two streams, each a few KB long before the next tile) and f32's passes of 8
+    /// weight rows, a reference model's products took 0.70–0.89 of the time at one row in every
+    /// format and 0.77–0.91 at two rows (SmolLM2 in `q4-a8` 1.04); against superblocks, whose
+    /// tile does more arithmetic a weight, 4 × 2 stays (2 × 2 took 1.14 of its time)
+    /// (docs/benchmarks.md, seventeenth session).
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn sweep<T: Tiles>(
