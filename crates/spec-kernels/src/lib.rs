@@ -17,7 +17,7 @@
 //!   accumulates up to 10 dot products in 8-lane vectors (AVX2 + FMA through `pulp`, detected
 //!   at run time; a scalar loop elsewhere), so each weight loaded from memory is used `M`
 //!   times (from cache after the first pass);
-//! - tiles ask for their weights 4 KB of a panel ahead (`prefetcht0`; for f32 only from three
+//! - tiles ask for their weights 4 KB of a panel ahead (`prefetcht0`; for f32 only from two
 //!   rows of `x` on), which measured faster for Q8_0 and bf16 at every row count;
 //! - the output rows are split into blocks run by the calling thread and helper threads that spin
 //!   between jobs (`team`; as many threads as rayon's global pool), since a decode step is
