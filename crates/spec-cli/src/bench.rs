@@ -127,8 +127,8 @@ pub(crate) struct BenchArgs {
     /// the checkpoint; plain decoding in the run uses it too, so the comparison and the
     /// lossless check stay on one model), or q8_0-a8 / q4-a8 (those weights multiplied by
     /// activations rounded to int8, as llama.cpp does: different models again; q4-a8 keeps a
-    /// GGUF's Q4_K and Q6_K matrices as their superblocks). Draft models: `draft-weights=` per
-    /// method.
+    /// GGUF's Q4_K and Q6_K matrices as their superblocks; q4-a8-lossy also rounds every other
+    /// matrix to 4 bits, for drafts). Draft models: `draft-weights=` per method.
     #[arg(long, default_value = "f32")]
     weights: WeightFormat,
 }

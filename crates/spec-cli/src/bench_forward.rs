@@ -37,7 +37,7 @@ pub(crate) struct BenchForwardArgs {
     /// qwen2.5-coder-1.5b).
     #[arg(long)]
     model: String,
-    /// Weight formats of the skinny kernel, comma-separated: f32, bf16, q8_0, q4, q8_0-a8, q4-a8, or `off`
+    /// Weight formats of the skinny kernel, comma-separated: f32, bf16, q8_0, q4, q8_0-a8, q4-a8, q4-a8-lossy, or `off`
     /// (burn's matmul everywhere, f32).
     #[arg(long, default_value = "f32")]
     weights: String,

@@ -98,8 +98,9 @@ struct GenerateArgs {
     #[arg(long, default_value = "f32")]
     weights: WeightFormat,
     /// How the draft model's projections are kept for its decode steps: f32, q4, bf16, q8_0,
-    /// q8_0-a8 or q4-a8 (default q8_0). Only the draft is rounded; the output still follows the
-    /// target alone.
+    /// q8_0-a8, q4-a8 or q4-a8-lossy (q4-a8 with every matrix that is not 4-bit rounded to 4
+    /// bits; default q8_0). Only the draft is rounded; the output still follows the target
+    /// alone.
     #[arg(long)]
     draft_weights: Option<WeightFormat>,
     /// Draft length: a number, or `auto` where the method supports it.

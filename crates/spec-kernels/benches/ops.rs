@@ -35,6 +35,7 @@ fn random(n: usize, seed: u64) -> Vec<f32> {
 fn isa_name(isa: Isa) -> &'static str {
     match isa {
         Isa::Auto => "simd",
+        Isa::Avx2 => "avx2",
         Isa::Scalar => "portable",
     }
 }

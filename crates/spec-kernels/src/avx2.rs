@@ -13,7 +13,7 @@ mod imp {
 
     use core::arch::x86_64::{__m128i, __m256i};
     use pulp::bytemuck::cast_slice;
-    use pulp::x86::V3;
+    use pulp::x86::{V3, V4};
 
     use pulp::{NullaryFnOnce, Simd, cast, f32x8, i8x16, i32x8, u8x16, u32x8};
 
@@ -22,6 +22,10 @@ mod imp {
 
     pub(crate) fn available() -> bool {
         V3::is_available()
+    }
+
+    pub(crate) fn wide_available() -> bool {
+        V4::is_available()
     }
 
     /// A weight row as 32-weight blocks, each read as four f32 vectors of 8 consecutive weights.
@@ -1102,7 +1106,11 @@ mod imp {
 
     /// `outs[i][r - rows.start] = x[i] · W[r]`; `x` is `[m, padded_cols]`, and `int8` the same
     /// rows rounded to int8, which integer weights multiply instead when given (f32 and bf16
-    /// weights, which have no integer path, then multiply `x`).
+    /// weights, which have no integer path, then multiply `x`). With `wide`, on a CPU with
+    /// AVX-512, the same code is compiled for it (inside `V4`'s target features): the
+    /// operations stay AVX2's, but 32 registers hold the wider tiles' sums that 16 spilled
+    /// (the 1.5B's superblock products took 0.88–0.93 of the time at 3 to 8 rows;
+    /// docs/benchmarks.md, eighteenth session).
     pub(crate) fn run(
         mat: &PackedMatrix,
         rows: Range<usize>,
@@ -1110,7 +1118,19 @@ mod imp {
         int8: Option<&QuantizedRows>,
         m: usize,
         outs: &mut [&mut [f32]],
+        wide: bool,
     ) {
+        if let Some(v4) = V4::try_new().filter(|_| wide) {
+            return v4.vectorize(Job {
+                simd: *v4,
+                mat,
+                rows,
+                x,
+                int8,
+                m,
+                outs,
+            });
+        }
         match V3::try_new() {
             Some(simd) => simd.vectorize(Job {
                 simd,
@@ -1140,6 +1160,10 @@ mod imp {
         false
     }
 
+    pub(crate) fn wide_available() -> bool {
+        false
+    }
+
     pub(crate) fn run(
         mat: &PackedMatrix,
         rows: Range<usize>,
@@ -1147,6 +1171,7 @@ mod imp {
         int8: Option<&QuantizedRows>,
         m: usize,
         outs: &mut [&mut [f32]],
+        _wide: bool,
     ) {
         match int8 {
             Some(q) => crate::scalar::run(mat, rows, &q.dequantize(), m, outs),
@@ -1155,4 +1180,4 @@ mod imp {
     }
 }
 
-pub(crate) use imp::{available, run};
+pub(crate) use imp::{available, run, wide_available};

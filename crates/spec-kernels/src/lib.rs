@@ -16,7 +16,10 @@
 //!   stream; 4 weight rows × 2 for two rows against superblocks)
 //!   accumulates up to 10 dot products in 8-lane vectors (AVX2 + FMA through `pulp`, detected
 //!   at run time; a scalar loop elsewhere), so each weight loaded from memory is used `M`
-//!   times (from cache after the first pass);
+//!   times (from cache after the first pass). On a CPU with AVX-512 (F, BW, CD, DQ, VL) the
+//!   integer tiles of the `*A8` formats are compiled for it ([`Isa::Auto`]): the operations
+//!   and their results are the same, but 32 vector registers hold the tiles that spill from
+//!   16 ([`Isa::Avx2`] keeps 16);
 //! - tiles ask for their weights 4 KB of a panel ahead (`prefetcht0`; for f32 only from two
 //!   rows of `x` on), which measured faster for Q8_0 and bf16 at every row count;
 //! - the output rows are split into blocks run by the calling thread and helper threads that spin
@@ -80,8 +83,14 @@ pub use pack::{BLOCK, PackedMatrix, Q4Superblock, Q6Superblock, SUPERBLOCK, Weig
 /// Which instruction set a product runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Isa {
-    /// AVX2 + FMA (x86-64), when the CPU has them; otherwise the portable loop.
+    /// The AVX2 + FMA kernel (x86-64) when the CPU has them; its integer tiles (the `*A8`
+    /// formats) compiled for AVX-512 (F, BW, CD, DQ, VL) where the CPU has that too: the same
+    /// operations, with 32 vector registers instead of 16, so the wider tiles keep their sums
+    /// in registers. Otherwise the portable loop.
     Auto,
+    /// The AVX2 + FMA kernel with 16 registers even where AVX-512 is there (to test and compare
+    /// that path); the portable loop without AVX2.
+    Avx2,
     /// The portable scalar loop, on any CPU.
     Scalar,
 }
@@ -113,4 +122,10 @@ pub fn run_parts(parts: usize, job: &(dyn Fn(usize) + Sync)) {
 /// Whether [`Isa::Auto`] runs the AVX2 + FMA kernel on this CPU.
 pub fn simd_available() -> bool {
     avx2::available()
+}
+
+/// Whether [`Isa::Auto`] compiles the kernel's integer tiles for AVX-512's 32 registers on
+/// this CPU.
+pub fn avx512_available() -> bool {
+    avx2::wide_available()
 }

@@ -94,7 +94,7 @@ pub fn attention_with(
         s,
         bias,
     };
-    let simd = isa == Isa::Auto && crate::avx2::available();
+    let simd = isa != Isa::Scalar && crate::avx2::available();
     // Query heads that share a kv head run in one part, which keeps that head's keys and values
     // in cache; groups are split so that two threads get at least four parts.
     let group = s.heads / s.kv_heads;
@@ -177,7 +177,7 @@ pub fn swiglu_with(gate_up: &[f32], ff: usize, isa: Isa) -> Vec<f32> {
             let (gate, up) = row.split_at(ff);
             (gate, up, out)
         });
-    if isa == Isa::Auto && crate::avx2::available() {
+    if isa != Isa::Scalar && crate::avx2::available() {
         for (gate, up, out) in pairs {
             simd_imp::silu_mul_simd(gate, up, out);
         }

@@ -125,17 +125,26 @@ pub enum WeightFormat {
     /// ([`PackedMatrix::pack_q4_superblocks`], [`PackedMatrix::pack_q6_superblocks`]), with
     /// activations rounded one step a superblock of 256 (llama.cpp's Q8_K).
     Q4A8,
+    /// [`WeightFormat::Q4A8`] with every block that is not 4-bit already *rounded* to 16
+    /// evenly spaced levels from its smallest to its largest weight (`scale = (max − min) /
+    /// 15`, each weight to the nearest level), so no matrix falls back to Q8_0: 0.75 bytes a
+    /// weight where a 5- or 8-bit checkpoint's blocks took 1.125. Lossy — a weight moves by up
+    /// to half a step — and never chosen by default: meant for a draft model, whose weights
+    /// decide how many of its tokens the target accepts, never which tokens are produced.
+    /// Blocks already on such a grid and superblocks kept as they are stay exact.
+    Q4A8Lossy,
 }
 
 impl WeightFormat {
     /// Every format, in declaration order.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 7] = [
         Self::F32,
         Self::Bf16,
         Self::Q8_0,
         Self::Q4,
         Self::Q8_0A8,
         Self::Q4A8,
+        Self::Q4A8Lossy,
     ];
 
     /// Bytes stored per weight, scales included.
@@ -144,14 +153,20 @@ impl WeightFormat {
             Self::F32 => 4.0,
             Self::Bf16 => 2.0,
             Self::Q8_0 | Self::Q8_0A8 => 1.0 + 4.0 / BLOCK as f64,
-            Self::Q4 | Self::Q4A8 => 0.5 + 8.0 / BLOCK as f64,
+            Self::Q4 | Self::Q4A8 | Self::Q4A8Lossy => 0.5 + 8.0 / BLOCK as f64,
         }
     }
 
     /// Whether products round the activations to int8 ([`WeightFormat::Q8_0A8`],
-    /// [`WeightFormat::Q4A8`]).
+    /// [`WeightFormat::Q4A8`], [`WeightFormat::Q4A8Lossy`]).
     pub fn rounds_activations(self) -> bool {
-        matches!(self, Self::Q8_0A8 | Self::Q4A8)
+        matches!(self, Self::Q8_0A8 | Self::Q4A8 | Self::Q4A8Lossy)
+    }
+
+    /// Whether a GGUF's Q4_K and Q6_K matrices may be packed from their superblocks as they
+    /// are ([`PackedMatrix::pack_q4_superblocks`] in [`WeightFormat::Q4A8`]).
+    pub fn keeps_superblocks(self) -> bool {
+        matches!(self, Self::Q4A8 | Self::Q4A8Lossy)
     }
 
     pub fn name(self) -> &'static str {
@@ -162,6 +177,7 @@ impl WeightFormat {
             Self::Q4 => "q4",
             Self::Q8_0A8 => "q8_0-a8",
             Self::Q4A8 => "q4-a8",
+            Self::Q4A8Lossy => "q4-a8-lossy",
         }
     }
 }
@@ -183,6 +199,7 @@ impl FromStr for WeightFormat {
             "q4" => Ok(Self::Q4),
             "q8_0-a8" | "q8-a8" => Ok(Self::Q8_0A8),
             "q4-a8" => Ok(Self::Q4A8),
+            "q4-a8-lossy" => Ok(Self::Q4A8Lossy),
             _ => Err(KernelError::UnknownFormat(s.to_owned())),
         }
     }
@@ -289,9 +306,18 @@ impl PackedMatrix {
             row.clone()
         };
         let storage = match format {
-            WeightFormat::Q4 | WeightFormat::Q4A8 => {
-                let apart = format == WeightFormat::Q4A8;
-                match pack_q4(&mut padded_row, rows, cols, blocks, panel_rows, apart) {
+            WeightFormat::Q4 | WeightFormat::Q4A8 | WeightFormat::Q4A8Lossy => {
+                let apart = format != WeightFormat::Q4;
+                let round = format == WeightFormat::Q4A8Lossy;
+                match pack_q4(
+                    &mut padded_row,
+                    rows,
+                    cols,
+                    blocks,
+                    panel_rows,
+                    apart,
+                    round,
+                ) {
                     Some(storage) => storage,
                     None => {
                         let instead = if format == WeightFormat::Q4 {
@@ -625,7 +651,10 @@ impl PackedMatrix {
             .format
             .rounds_activations()
             .then(|| QuantizedRows::new(xs, kp, self.activation_group()));
-        let simd = exec.isa == Isa::Auto && avx2::available();
+        let simd = exec.isa != Isa::Scalar && avx2::available();
+        // The AVX-512 build pays for the integer tiles only: the widened formats' products
+        // measured 0.99–1.06 of the AVX2 build's time (docs/benchmarks.md, eighteenth session).
+        let wide = exec.isa == Isa::Auto && int8.is_some();
         // The SIMD path reads `int8` itself; only the portable loop needs the rounded f32 copy.
         let rounded = int8
             .as_ref()
@@ -634,7 +663,7 @@ impl PackedMatrix {
         let xs = rounded.as_deref().unwrap_or(xs);
         let run = |rows: Range<usize>, outs: &mut [&mut [f32]]| {
             if simd {
-                avx2::run(self, rows, xs, int8.as_ref(), m, outs);
+                avx2::run(self, rows, xs, int8.as_ref(), m, outs, wide);
             } else {
                 scalar::run(self, rows, xs, m, outs);
             }
@@ -699,7 +728,8 @@ fn superblocks_a_row(count: usize, rows: usize, cols: usize) -> Result<usize, Ke
 }
 
 /// The Q4 storage of `rows` padded rows (minimums `apart` for `Q4A8`), or `None` when a
-/// block's weights are not on a grid of at most 16 evenly spaced levels.
+/// block's weights are not on a grid of at most 16 evenly spaced levels and may not be
+/// `round`ed to one.
 fn pack_q4(
     padded_row: &mut impl FnMut(usize) -> Vec<f32>,
     rows: usize,
@@ -707,6 +737,7 @@ fn pack_q4(
     blocks: usize,
     panel_rows: usize,
     apart: bool,
+    round: bool,
 ) -> Option<Storage> {
     let mut quants = vec![0u64; panel_rows * blocks * BLOCK / 16];
     let mut scales = vec![0.0f32; panel_rows * blocks];
@@ -719,7 +750,12 @@ fn pack_q4(
         for (b, block) in padded_row(r).chunks_exact(BLOCK).enumerate() {
             // Padding columns multiply zeros of x: they take quant 0, whatever their value.
             let valid = cols.saturating_sub(b * BLOCK).min(BLOCK);
-            let (scale, min, q) = grid_block(&block[..valid])?;
+            let values = &block[..valid];
+            let (scale, min, q) = match grid_block(values) {
+                Some(exact) => exact,
+                None if round => round_block(values),
+                None => return None,
+            };
             row_scales.push(scale);
             mins.push(min);
             row_quants.extend(nibble_words(&q));
@@ -772,6 +808,23 @@ fn grid_block(values: &[f32]) -> Option<(f32, f32, [u8; BLOCK])> {
         return Some((scale, lo, q));
     }
     None
+}
+
+/// `(scale, min, quants)` with `w ≈ scale · q + min`: the values rounded to the nearest of 16
+/// evenly spaced levels from the smallest to the largest (each moves by at most half a step,
+/// `scale / 2`).
+fn round_block(values: &[f32]) -> (f32, f32, [u8; BLOCK]) {
+    let mut q = [0u8; BLOCK];
+    let lo = values.iter().copied().fold(f32::INFINITY, f32::min);
+    let hi = values.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    if values.is_empty() || hi <= lo {
+        return (0.0, if values.is_empty() { 0.0 } else { lo }, q);
+    }
+    let scale = (hi - lo) / 15.0;
+    for (q, &w) in q.iter_mut().zip(values) {
+        *q = ((w - lo) / scale).round().clamp(0.0, 15.0) as u8;
+    }
+    (scale, lo, q)
 }
 
 /// Q8_0 quantization of one block: `scale = max |w| / 127`, `q = round(w / scale)`.

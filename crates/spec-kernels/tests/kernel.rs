@@ -13,7 +13,7 @@ use spec_kernels::{
     Exec, Isa, KernelError, PackedMatrix, Q4Superblock, Q6Superblock, SUPERBLOCK, WeightFormat,
 };
 
-const FORMATS: [WeightFormat; 6] = WeightFormat::ALL;
+const FORMATS: [WeightFormat; 7] = WeightFormat::ALL;
 
 fn random(len: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
     (0..len).map(|_| rng.random_range(-1.0f32..1.0)).collect()
@@ -71,6 +71,31 @@ fn check(mat: &PackedMatrix, x: &[f32], m: usize, y: &[f32]) -> Result<(), TestC
     Ok(())
 }
 
+/// Runs `mat · x` on every ISA, threaded and not, checking each result; the AVX-512 build of
+/// the SIMD kernel ([`Isa::Auto`] where the CPU has it) must give [`Isa::Avx2`]'s bits: it
+/// runs the same operations.
+fn check_every_isa(mat: &PackedMatrix, x: &[f32], m: usize) -> Result<(), TestCaseError> {
+    let n = mat.rows();
+    let mut simd_bits: Vec<Vec<u32>> = Vec::new();
+    for isa in [Isa::Auto, Isa::Avx2, Isa::Scalar] {
+        for parallel in [false, true] {
+            let mut y = vec![f32::NAN; m * n];
+            mat.matmul_with(x, m, &mut y, Exec { isa, parallel })
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            check(mat, x, m, &y)?;
+            if isa != Isa::Scalar {
+                simd_bits.push(y.iter().map(|v| v.to_bits()).collect());
+            }
+        }
+    }
+    prop_assert!(
+        simd_bits.windows(2).all(|w| w[0] == w[1]),
+        "{}: the SIMD builds or their threading disagree in some bits",
+        mat.format()
+    );
+    Ok(())
+}
+
 fn run_case(m: usize, n: usize, k: usize, seed: u64) -> Result<(), TestCaseError> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let x = random(m * k, &mut rng);
@@ -79,14 +104,7 @@ fn run_case(m: usize, n: usize, k: usize, seed: u64) -> Result<(), TestCaseError
         let mat = PackedMatrix::pack(&weights, n, k, format)
             .map_err(|e| TestCaseError::fail(e.to_string()))?;
         prop_assert_eq!(mat.format(), format);
-        for isa in [Isa::Auto, Isa::Scalar] {
-            for parallel in [false, true] {
-                let mut y = vec![f32::NAN; m * n];
-                mat.matmul_with(&x, m, &mut y, Exec { isa, parallel })
-                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
-                check(&mat, &x, m, &y)?;
-            }
-        }
+        check_every_isa(&mat, &x, m)?;
     }
     Ok(())
 }
@@ -160,14 +178,7 @@ fn superblock_case(m: usize, n: usize, supers: usize, seed: u64) -> Result<(), T
                 b
             );
         }
-        for isa in [Isa::Auto, Isa::Scalar] {
-            for parallel in [false, true] {
-                let mut y = vec![f32::NAN; m * n];
-                mat.matmul_with(&x, m, &mut y, Exec { isa, parallel })
-                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
-                check(&mat, &x, m, &y)?;
-            }
-        }
+        check_every_isa(&mat, &x, m)?;
     }
     Ok(())
 }
@@ -427,6 +438,47 @@ fn q4_rounds_nothing_and_stores_other_weights_as_q8_0() {
     assert_eq!(mat.format(), WeightFormat::Q8_0);
 }
 
+/// `q4-a8-lossy` rounds each block that is not 4-bit to 16 levels from its smallest to its
+/// largest weight, moving each by at most half a step; blocks already 4-bit stay exact, and
+/// the bytes are `q4-a8`'s.
+#[test]
+fn lossy_four_bits_round_each_block_within_half_a_step() {
+    let mut rng = ChaCha8Rng::seed_from_u64(29);
+    let (n, k) = (40, 300);
+    let weights = random(n * k, &mut rng);
+    let lossy = PackedMatrix::pack(&weights, n, k, WeightFormat::Q4A8Lossy).unwrap();
+    assert_eq!(lossy.format(), WeightFormat::Q4A8Lossy);
+    // `q4-a8` cannot hold these weights and falls back to Q8_0 blocks; the lossy one does not.
+    let exact = PackedMatrix::pack(&weights, n, k, WeightFormat::Q4A8).unwrap();
+    assert_eq!(exact.format(), WeightFormat::Q8_0A8);
+    assert!(lossy.stored_bytes() * 3 <= exact.stored_bytes() * 2);
+    let stored = lossy.dequantize();
+    let mut moved = 0;
+    for (row_w, row_s) in weights.chunks(k).zip(stored.chunks(k)) {
+        for (block_w, block_s) in row_w.chunks(32).zip(row_s.chunks(32)) {
+            let lo = block_w.iter().copied().fold(f32::INFINITY, f32::min);
+            let hi = block_w.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let half_step = (hi - lo) / 30.0;
+            for (w, s) in block_w.iter().zip(block_s) {
+                assert!(
+                    (w - s).abs() <= half_step * (1.0 + 1e-4),
+                    "{w} stored as {s}, half a step {half_step}"
+                );
+                moved += usize::from(w != s);
+            }
+        }
+    }
+    assert!(
+        moved > n * k / 2,
+        "random weights must be rounded: {moved} moved"
+    );
+    let four = four_bit(n, k, &mut rng);
+    let kept = PackedMatrix::pack(&four, n, k, WeightFormat::Q4A8Lossy).unwrap();
+    let as_q4 = PackedMatrix::pack(&four, n, k, WeightFormat::Q4A8).unwrap();
+    assert_eq!(kept.dequantize(), as_q4.dequantize());
+    assert_eq!(kept.stored_bytes(), as_q4.stored_bytes());
+}
+
 #[test]
 fn rounded_activations_stay_close_and_keep_nan() {
     let mut rng = ChaCha8Rng::seed_from_u64(13);
@@ -486,6 +538,13 @@ fn rounded_activations_stay_close_and_keep_nan() {
         assert!(y[..n].iter().chain(&y[2 * n..]).all(|v| v.is_finite()));
     }
     assert_eq!("q4-a8".parse::<WeightFormat>().unwrap(), WeightFormat::Q4A8);
+    assert_eq!(
+        "q4-a8-lossy".parse::<WeightFormat>().unwrap(),
+        WeightFormat::Q4A8Lossy
+    );
+    for format in WeightFormat::ALL {
+        assert_eq!(format.name().parse::<WeightFormat>().unwrap(), format);
+    }
     assert_eq!(
         "q8_0-a8".parse::<WeightFormat>().unwrap(),
         WeightFormat::Q8_0A8

@@ -184,7 +184,7 @@ fn stack(parts: &[Projection<'_>], format: WeightFormat) -> Result<SkinnyLinear>
     }
     let rows = parts.iter().map(|p| p.rows).sum();
     let bias = stacked_bias(parts);
-    if format == WeightFormat::Q4A8 {
+    if format.keeps_superblocks() {
         let mut q4 = Vec::new();
         let mut q6 = Vec::new();
         for p in parts {
@@ -199,14 +199,14 @@ fn stack(parts: &[Projection<'_>], format: WeightFormat) -> Result<SkinnyLinear>
                 &q4.concat(),
                 rows,
                 cols,
-                format,
+                WeightFormat::Q4A8,
             ))
         } else if q6.len() == parts.len() {
             Some(PackedMatrix::pack_q6_superblocks(
                 &q6.concat(),
                 rows,
                 cols,
-                format,
+                WeightFormat::Q4A8,
             ))
         } else {
             None
@@ -865,9 +865,10 @@ impl<B: Backend> Transformer<B> {
         let param1 = |t: HostTensor| Param::from_tensor(t.into_tensor::<B, 1>(device));
 
         let skinny_format = options.skinny_format.filter(|_| is_flex::<B>());
-        // `q4-a8` keeps a checkpoint's superblocks as they are, unless told not to.
+        // `q4-a8` (and `q4-a8-lossy`) keep a checkpoint's superblocks as they are, unless told
+        // not to.
         let keep_superblocks =
-            options.keep_superblocks && skinny_format == Some(WeightFormat::Q4A8);
+            options.keep_superblocks && skinny_format.is_some_and(WeightFormat::keeps_superblocks);
         let embedding = get(
             source,
             "model.embed_tokens.weight",

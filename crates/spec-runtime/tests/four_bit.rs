@@ -174,3 +174,65 @@ fn q4_a8_keeps_k_quant_superblocks() {
         "q4-a8 logits off f32's by {a8_error}"
     );
 }
+
+/// `q4-a8-lossy` (meant for drafts) keeps the k-quant superblocks as `q4-a8` does and rounds
+/// every other matrix of Qwen2.5-Coder-0.5B (Q5_0 and Q8_0 in the file) to 4-bit blocks
+/// instead of keeping them as Q8_0: fewer bytes, a model still near the f32 one.
+#[test]
+fn q4_a8_lossy_rounds_the_other_matrices_to_four_bits() {
+    let Some(path) = cached("qwen2.5-coder-0.5b") else {
+        return;
+    };
+    let q4_a8 = load(&path, WeightFormat::Q4A8);
+    let lossy = load(&path, WeightFormat::Q4A8Lossy);
+    for (exact, rounded) in q4_a8.model.blocks.iter().zip(&lossy.model.blocks) {
+        let (exact, rounded) = (
+            exact.packed.as_deref().unwrap(),
+            rounded.packed.as_deref().unwrap(),
+        );
+        assert_eq!(rounded.down.matrix.format(), WeightFormat::Q4A8);
+        assert_eq!(
+            rounded.down.matrix.stored_bytes(),
+            exact.down.matrix.stored_bytes()
+        );
+        for (e, r) in [
+            (&exact.qkv, &rounded.qkv),
+            (&exact.o, &rounded.o),
+            (&exact.gate_up, &rounded.gate_up),
+        ] {
+            assert_eq!(e.matrix.format(), WeightFormat::Q8_0A8);
+            assert_eq!(r.matrix.format(), WeightFormat::Q4A8Lossy);
+            assert!(r.matrix.stored_bytes() * 3 <= e.matrix.stored_bytes() * 2);
+        }
+    }
+    let (exact_bytes, lossy_bytes) = (
+        q4_a8.model.packed_bytes().unwrap(),
+        lossy.model.packed_bytes().unwrap(),
+    );
+    eprintln!("packed bytes: q4-a8 {exact_bytes}, q4-a8-lossy {lossy_bytes}");
+    assert!(lossy_bytes * 4 < exact_bytes * 3);
+    drop(q4_a8);
+
+    let f32_model = load(&path, WeightFormat::F32);
+    let vocab = lossy.config.vocab_size;
+    let tokens: Vec<u32> = (1..=24).map(|i| (i * 7919) % vocab as u32).collect();
+    let (rounded, exact) = (logits(&lossy, &tokens), logits(&f32_model, &tokens));
+    let error = relative_error(&rounded, &exact);
+    let argmax = |row: &[f32]| {
+        row.iter()
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(b.1))
+            .map(|(i, _)| i)
+    };
+    let agree = rounded
+        .chunks(vocab)
+        .zip(exact.chunks(vocab))
+        .filter(|(r, e)| argmax(r) == argmax(e))
+        .count();
+    eprintln!("q4-a8-lossy: logits off by {error:e}, top token as f32's at {agree} of 24");
+    assert!(error > 0.0, "q4-a8-lossy rounded nothing");
+    assert!(
+        agree >= 12,
+        "q4-a8-lossy agrees with f32 at {agree} of 24 positions"
+    );
+}
