@@ -1109,7 +1109,7 @@ mod imp {
     /// weights, which have no integer path, then multiply `x`). With `wide`, on a CPU with
     /// AVX-512, the same code is compiled for it (inside `V4`'s target features): the
     /// operations stay AVX2's, but 32 registers hold the wider tiles' sums that 16 spilled
-    /// (the 1.5B's superblock products took 0.88–0.93 of the time at 3 to 8 rows;
+    /// (the 1.5B's superblock products took 0.87–0.93 of the time at 3 to 8 rows;
     /// docs/benchmarks.md, eighteenth session).
     pub(crate) fn run(
         mat: &PackedMatrix,

@@ -653,7 +653,7 @@ impl PackedMatrix {
             .then(|| QuantizedRows::new(xs, kp, self.activation_group()));
         let simd = exec.isa != Isa::Scalar && avx2::available();
         // The AVX-512 build pays for the integer tiles only: the widened formats' products
-        // measured 0.99–1.06 of the AVX2 build's time (docs/benchmarks.md, eighteenth session).
+        // measured 0.98–1.06 of the AVX2 build's time (docs/benchmarks.md, eighteenth session).
         let wide = exec.isa == Isa::Auto && int8.is_some();
         // The SIMD path reads `int8` itself; only the portable loop needs the rounded f32 copy.
         let rounded = int8

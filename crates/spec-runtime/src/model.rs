@@ -172,9 +172,9 @@ impl<'a> Projection<'a> {
     }
 }
 
-/// `parts` stacked row-wise into one packed projection (they must share `cols`). In `q4-a8`,
-/// parts that all come as Q4_K superblocks, or all as Q6_K ones, are packed from them, as they
-/// are.
+/// `parts` stacked row-wise into one packed projection (they must share `cols`). In `q4-a8`
+/// (and `q4-a8-lossy`), parts that all come as Q4_K superblocks, or all as Q6_K ones, are
+/// packed from them, as they are.
 fn stack(parts: &[Projection<'_>], format: WeightFormat) -> Result<SkinnyLinear> {
     let cols = parts.first().map_or(0, |p| p.cols);
     if parts.iter().any(|p| p.cols != cols) {
@@ -505,10 +505,11 @@ pub struct LoadOptions {
     /// unused, and an f32 model would be held twice). Keeping them allows repacking a
     /// non-f32 copy in another format without reloading.
     pub keep_unpacked: bool,
-    /// In `Q4A8`, pack a checkpoint's Q4_K and Q6_K matrices from their superblocks as they
-    /// are (the default: fewer bytes, integer sums over a superblock, activations rounded one
-    /// step a superblock of 256 inputs); `false` packs their f32 values as other matrices are
-    /// (Q4_K as Q4 blocks, Q6_K as Q8_0, activations rounded one step a block of 32).
+    /// In `Q4A8` (and `Q4A8Lossy`), pack a checkpoint's Q4_K and Q6_K matrices from their
+    /// superblocks as they are (the default: fewer bytes, integer sums over a superblock,
+    /// activations rounded one step a superblock of 256 inputs); `false` packs their f32 values
+    /// as other matrices are (Q4_K as Q4 blocks, Q6_K as Q8_0, or rounded to Q4 blocks in
+    /// `Q4A8Lossy`; activations rounded one step a block of 32).
     pub keep_superblocks: bool,
 }
 
