@@ -24,10 +24,6 @@ mod imp {
         V3::is_available()
     }
 
-    pub(crate) fn wide_available() -> bool {
-        V4::is_available()
-    }
-
     /// A weight row as 32-weight blocks, each read as four f32 vectors of 8 consecutive weights.
     trait Row: Copy {
         /// Weights `32 b + 8 j .. 32 b + 8 j + 8` widened to f32, `j < 4`.
@@ -1160,10 +1156,6 @@ mod imp {
         false
     }
 
-    pub(crate) fn wide_available() -> bool {
-        false
-    }
-
     pub(crate) fn run(
         mat: &PackedMatrix,
         rows: Range<usize>,
@@ -1180,4 +1172,4 @@ mod imp {
     }
 }
 
-pub(crate) use imp::{available, run, wide_available};
+pub(crate) use imp::{available, run};

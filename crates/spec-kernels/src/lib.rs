@@ -123,9 +123,3 @@ pub fn run_parts(parts: usize, job: &(dyn Fn(usize) + Sync)) {
 pub fn simd_available() -> bool {
     avx2::available()
 }
-
-/// Whether [`Isa::Auto`] compiles the kernel's integer tiles for AVX-512's 32 registers on
-/// this CPU.
-pub fn avx512_available() -> bool {
-    avx2::wide_available()
-}

@@ -163,8 +163,8 @@ impl WeightFormat {
         matches!(self, Self::Q8_0A8 | Self::Q4A8 | Self::Q4A8Lossy)
     }
 
-    /// Whether a GGUF's Q4_K and Q6_K matrices may be packed from their superblocks as they
-    /// are ([`PackedMatrix::pack_q4_superblocks`] in [`WeightFormat::Q4A8`]).
+    /// Whether [`PackedMatrix::pack_q4_superblocks`] and [`PackedMatrix::pack_q6_superblocks`]
+    /// keep a GGUF's Q4_K and Q6_K superblocks as they are in this format.
     pub fn keeps_superblocks(self) -> bool {
         matches!(self, Self::Q4A8 | Self::Q4A8Lossy)
     }
@@ -384,8 +384,9 @@ impl PackedMatrix {
     }
 
     /// Packs `[rows, cols]` weights given as Q4_K superblocks (`cols / 256` a row, row after
-    /// row). In [`WeightFormat::Q4A8`] they are kept as they are (see [`Q4Superblock`]);
-    /// another `format` packs their f32 values as [`PackedMatrix::pack`] does.
+    /// row). In a format that [keeps superblocks](WeightFormat::keeps_superblocks) they are kept
+    /// as they are (see [`Q4Superblock`]; the matrix reports `Q4A8`); another `format` packs
+    /// their f32 values as [`PackedMatrix::pack`] does.
     pub fn pack_q4_superblocks(
         superblocks: &[Q4Superblock],
         rows: usize,
@@ -401,7 +402,7 @@ impl PackedMatrix {
                 i / per_row.max(1)
             )));
         }
-        if format != WeightFormat::Q4A8 {
+        if !format.keeps_superblocks() {
             let weights: Vec<f32> = superblocks.iter().flat_map(|s| s.dequantize()).collect();
             return Self::pack(&weights, rows, cols, format);
         }
@@ -427,7 +428,8 @@ impl PackedMatrix {
             rows,
             cols,
             padded_cols: cols,
-            format,
+            // Kept as they are, the blocks are exact whatever rounding the format allows.
+            format: WeightFormat::Q4A8,
             storage: Storage::Q4K {
                 quants,
                 scales,
@@ -439,8 +441,9 @@ impl PackedMatrix {
     }
 
     /// Packs `[rows, cols]` weights given as Q6_K superblocks (`cols / 256` a row, row after
-    /// row). In [`WeightFormat::Q4A8`] they are kept as they are (see [`Q6Superblock`]; the
-    /// matrix reports `Q4A8`, the checkpoint's blocks kept with activations rounded to int8);
+    /// row). In a format that [keeps superblocks](WeightFormat::keeps_superblocks) they are kept
+    /// as they are (see [`Q6Superblock`]; the matrix reports `Q4A8`, the checkpoint's blocks
+    /// kept with activations rounded to int8);
     /// another `format` packs their f32 values as [`PackedMatrix::pack`] does.
     pub fn pack_q6_superblocks(
         superblocks: &[Q6Superblock],
@@ -458,7 +461,7 @@ impl PackedMatrix {
                 i / per_row.max(1)
             )));
         }
-        if format != WeightFormat::Q4A8 {
+        if !format.keeps_superblocks() {
             let weights: Vec<f32> = superblocks.iter().flat_map(|s| s.dequantize()).collect();
             return Self::pack(&weights, rows, cols, format);
         }
@@ -490,7 +493,7 @@ impl PackedMatrix {
             rows,
             cols,
             padded_cols: cols,
-            format,
+            format: WeightFormat::Q4A8,
             storage: Storage::Q6K {
                 lows,
                 highs,
@@ -790,8 +793,7 @@ fn pack_q4(
 /// less rounding in `scale`).
 fn grid_block(values: &[f32]) -> Option<(f32, f32, [u8; BLOCK])> {
     let mut q = [0u8; BLOCK];
-    let lo = values.iter().copied().fold(f32::INFINITY, f32::min);
-    let hi = values.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let (lo, hi) = extremes(values);
     if values.is_empty() || hi == lo {
         return Some((0.0, if values.is_empty() { 0.0 } else { lo }, q));
     }
@@ -810,13 +812,21 @@ fn grid_block(values: &[f32]) -> Option<(f32, f32, [u8; BLOCK])> {
     None
 }
 
+/// The smallest and the largest of `values` (∞ and −∞ when there are none).
+fn extremes(values: &[f32]) -> (f32, f32) {
+    values
+        .iter()
+        .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| {
+            (lo.min(v), hi.max(v))
+        })
+}
+
 /// `(scale, min, quants)` with `w ≈ scale · q + min`: the values rounded to the nearest of 16
 /// evenly spaced levels from the smallest to the largest (each moves by at most half a step,
 /// `scale / 2`).
 fn round_block(values: &[f32]) -> (f32, f32, [u8; BLOCK]) {
     let mut q = [0u8; BLOCK];
-    let lo = values.iter().copied().fold(f32::INFINITY, f32::min);
-    let hi = values.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let (lo, hi) = extremes(values);
     if values.is_empty() || hi <= lo {
         return (0.0, if values.is_empty() { 0.0 } else { lo }, q);
     }

@@ -252,6 +252,21 @@ fn q4_superblocks_are_kept_in_0_59_bytes_a_weight() {
     bad[1].quants[200] = 64;
     assert!(PackedMatrix::pack_q6_superblocks(&bad, n, k, WeightFormat::Q4A8).is_err());
     assert!(PackedMatrix::pack_q6_superblocks(&blocks_6, n, k + 32, WeightFormat::Q4A8).is_err());
+    // `q4-a8-lossy` keeps superblocks exactly as `q4-a8` does: nothing of them is rounded.
+    for (lossy, kept) in [
+        (
+            PackedMatrix::pack_q4_superblocks(&blocks, n, k, WeightFormat::Q4A8Lossy).unwrap(),
+            PackedMatrix::pack_q4_superblocks(&blocks, n, k, WeightFormat::Q4A8).unwrap(),
+        ),
+        (
+            PackedMatrix::pack_q6_superblocks(&blocks_6, n, k, WeightFormat::Q4A8Lossy).unwrap(),
+            six,
+        ),
+    ] {
+        assert_eq!(lossy.format(), WeightFormat::Q4A8);
+        assert_eq!(lossy.stored_bytes(), kept.stored_bytes());
+        assert_eq!(lossy.dequantize(), kept.dequantize());
+    }
 }
 
 proptest! {

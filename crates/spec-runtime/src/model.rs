@@ -199,14 +199,14 @@ fn stack(parts: &[Projection<'_>], format: WeightFormat) -> Result<SkinnyLinear>
                 &q4.concat(),
                 rows,
                 cols,
-                WeightFormat::Q4A8,
+                format,
             ))
         } else if q6.len() == parts.len() {
             Some(PackedMatrix::pack_q6_superblocks(
                 &q6.concat(),
                 rows,
                 cols,
-                WeightFormat::Q4A8,
+                format,
             ))
         } else {
             None
