@@ -75,8 +75,8 @@ struct ForwardReport {
     context_tokens: usize,
     /// Greedy plain decoding, tokens after the first per second.
     decode_tokens_per_second: f64,
-    /// A 128-token prompt in one forward request (which the runtime may run in passes of 16),
-    /// prompt tokens per second.
+    /// A 128-token prompt in one forward request (which the runtime runs in passes of at most
+    /// `HOST_PASS_ROWS`), prompt tokens per second.
     prefill_tokens_per_second: f64,
     /// Read bandwidth (`read_gb_per_second`) ÷ bytes of weights one token reads.
     bandwidth_bound_tokens_per_second: f64,

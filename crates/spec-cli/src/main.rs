@@ -37,7 +37,7 @@ enum Command {
     Generate(GenerateArgs),
     /// Benchmark methods against plain decoding per prompt category (`cargo xtask bench`).
     Bench(bench::BenchArgs),
-    /// Time one forward pass over 1..16 new tokens and plain decoding against the memory
+    /// Time one forward pass over 1..64 new tokens and plain decoding against the memory
     /// bandwidth bound, per weight format (`cargo xtask bench-forward`; flex only).
     #[cfg(feature = "flex")]
     BenchForward(bench_forward::BenchForwardArgs),

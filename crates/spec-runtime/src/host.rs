@@ -1,5 +1,6 @@
-//! The decoder's host path: on the flex backend, a step of at most [`SKINNY_MAX_ROWS`] tokens (a
-//! decode step, a verification chain or tree) runs every layer on plain `f32` slices.
+//! The decoder's host path: on the flex backend, a pass of at most [`HOST_PASS_ROWS`] tokens (a
+//! decode step, a verification chain or tree, a part of a prompt) runs every layer on plain
+//! `f32` slices.
 //!
 //! Such a step is bound by reading the weights, which `spec-kernels` streams once for all rows.
 //! Run through burn, the rest of a layer is some fifty small tensor operations, each with its
@@ -8,10 +9,10 @@
 //! SwiGLU) works in place on host vectors, and keys and values go straight into the cache's
 //! host rows; attention and SwiGLU are `spec-kernels`' SIMD loops
 //! ([`spec_kernels::attention`], [`spec_kernels::swiglu`]). [`crate::model`]'s burn code stays
-//! the definition for every other case (prompts, other backends, projections without a packed
-//! copy), and the tests hold the two paths equal.
+//! the definition for every other case (other backends, models without packed projections),
+//! and the tests hold the two paths equal.
 //!
-//! [`SKINNY_MAX_ROWS`]: crate::model::SKINNY_MAX_ROWS
+//! [`HOST_PASS_ROWS`]: crate::model::HOST_PASS_ROWS
 
 use crate::cache::{HostLayer, KvCache};
 use crate::error::{Result, RuntimeError};

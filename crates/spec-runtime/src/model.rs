@@ -42,9 +42,20 @@ pub struct Linear<B: Backend> {
 }
 
 /// Inputs of at most this many rows take a [`Linear`]'s skinny path when it also holds burn's
-/// weights (without them every input does); the host path runs longer requests in passes of
-/// this many rows where the attention pattern allows.
+/// weights (without them every input does).
 pub const SKINNY_MAX_ROWS: usize = 16;
+
+/// The host path runs longer requests in passes of at most this many new tokens where the
+/// attention pattern allows (a prompt, a chain, a tree in topological order).
+///
+/// Each pass streams every weight once for all its rows, and a row's result has the same bits
+/// whatever the other rows, so the pass length changes the time only. A prompt is bound by the
+/// products' arithmetic, not by reading the weights, but in passes of 16 the weights' reads
+/// still added to it: `bench-forward`'s 128-token prefill of the Qwen 1.5B in f32 ran at
+/// 34–35 tok/s in passes of 16, 41 in passes of 32, 44–45 in passes of 64 and 45–46 in passes
+/// of 128; SmolLM2 in f32 392–405 → 498–507; Q8_0 and `q4-a8` (a quarter of the bytes or
+/// fewer) unchanged (docs/benchmarks.md, nineteenth session).
+pub const HOST_PASS_ROWS: usize = 64;
 
 /// A projection's weights (and bias) on the host, packed for the skinny product.
 #[derive(Debug)]
@@ -501,7 +512,7 @@ pub struct LoadOptions {
     pub skinny_format: Option<WeightFormat>,
     /// With a packed copy, also keep burn's tensors of the packed projections (the default
     /// drops them: every forward pass of a packed model then runs on the host, in passes of
-    /// at most [`SKINNY_MAX_ROWS`] rows where the attention pattern allows, so they would go
+    /// at most [`HOST_PASS_ROWS`] rows where the attention pattern allows, so they would go
     /// unused, and an f32 model would be held twice). Keeping them allows repacking a
     /// non-f32 copy in another format without reloading.
     pub keep_unpacked: bool,
@@ -1246,11 +1257,10 @@ impl<B: Backend> Transformer<B> {
     /// `pass.layers` (`packed` holds their packed projections). `x` `[n, hidden]` is the input
     /// of the first layer run.
     ///
-    /// The new tokens run in passes of at most [`SKINNY_MAX_ROWS`] when none attends to a later
+    /// The new tokens run in passes of at most [`HOST_PASS_ROWS`] when none attends to a later
     /// one (a causal chain or prompt, a tree in topological order): each pass finds the earlier
-    /// passes' keys in the cache, so the result is one pass's. `bench-forward`'s prefill figures
-    /// measured this 1.3–1.7× faster than one pass through burn's matmul for f32 and bf16
-    /// weights, and 1.25× for Q8_0 (Qwen 0.5B). Other masks take one pass of every row.
+    /// passes' keys in the cache, so the result is one pass's. Other masks take one pass of
+    /// every row.
     fn forward_host(
         &self,
         x: Tensor<B, 2>,
@@ -1262,7 +1272,7 @@ impl<B: Backend> Transformer<B> {
         let [n, hidden_size] = x.dims();
         let mut x = host_f32(x)?;
         let chunk = if attends_only_backwards(n, pass.attention) {
-            SKINNY_MAX_ROWS
+            HOST_PASS_ROWS
         } else {
             n
         };

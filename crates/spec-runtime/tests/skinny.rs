@@ -8,10 +8,16 @@
 use burn::backend::Flex;
 use burn::tensor::Tensor;
 use spec_core::tree::TokenTree;
-use spec_runtime::model::{ForwardOutput, LoadOptions, SKINNY_MAX_ROWS, WeightFormat};
+use spec_runtime::model::{
+    ForwardOutput, HOST_PASS_ROWS, LoadOptions, SKINNY_MAX_ROWS, WeightFormat,
+};
 use spec_runtime::{
     Architecture, ForwardRequest, KvCache, LogitRows, ModelConfig, RandomSource, Transformer,
 };
+
+/// Positions of the test models and of their caches: room for requests longer than
+/// [`HOST_PASS_ROWS`], which the host path splits into passes.
+const CAPACITY: usize = 160;
 
 fn config(architecture: Architecture) -> ModelConfig {
     ModelConfig {
@@ -25,7 +31,7 @@ fn config(architecture: Architecture) -> ModelConfig {
         head_dim: 12,
         rms_norm_eps: 1e-6,
         rope_theta: 10_000.0,
-        max_position_embeddings: 64,
+        max_position_embeddings: CAPACITY,
         tie_word_embeddings: architecture == Architecture::Qwen2,
         qkv_bias: architecture == Architecture::Qwen2,
     }
@@ -49,7 +55,7 @@ fn model_with(architecture: Architecture, options: LoadOptions) -> Transformer<F
 
 /// Logits of every token of `tokens` fed `chunk` tokens at a time.
 fn logits(model: &Transformer<Flex>, tokens: &[u32], chunk: usize) -> Vec<f32> {
-    let mut cache = model.new_cache(64);
+    let mut cache = model.new_cache(CAPACITY);
     let mut out = Vec::new();
     for part in tokens.chunks(chunk) {
         let y: Tensor<Flex, 2> = model
@@ -104,7 +110,9 @@ fn skinny_path_is_built_on_flex() {
 
 #[test]
 fn f32_skinny_path_matches_burn() {
-    let tokens: Vec<u32> = (0..24).map(|i| (i * 7 + 3) % 67).collect();
+    let tokens: Vec<u32> = (0..HOST_PASS_ROWS as u32 + 8)
+        .map(|i| (i * 7 + 3) % 67)
+        .collect();
     for arch in [Architecture::Llama, Architecture::Qwen2] {
         let burn = logits(&model(arch, None), &tokens, 4);
         let skinny = model(arch, Some(WeightFormat::F32));
@@ -116,12 +124,18 @@ fn f32_skinny_path_matches_burn() {
                 &format!("{arch:?} chunks of {chunk}"),
             );
         }
-        // Over 16 rows too the packed model runs on the host (in passes of 16), close to
+        // One request longer than a pass runs on the host too (in two passes), close to
         // burn's result and not equal to it (rounding differs between the paths).
-        let long = logits(&skinny, &tokens, 24);
-        let burn_long = logits(&model(arch, None), &tokens, 24);
-        assert_close(&long, &burn_long, 1e-4, &format!("{arch:?} one pass of 24"));
-        assert_ne!(long, burn_long, "{arch:?}: 24 rows ran through burn");
+        let n = tokens.len();
+        let long = logits(&skinny, &tokens, n);
+        let burn_long = logits(&model(arch, None), &tokens, n);
+        assert_close(
+            &long,
+            &burn_long,
+            1e-4,
+            &format!("{arch:?} one request of {n}"),
+        );
+        assert_ne!(long, burn_long, "{arch:?}: {n} rows ran through burn");
     }
 }
 
@@ -151,30 +165,33 @@ fn a_packed_model_holds_its_projections_once() {
             assert!(head.weight.is_some() && head.skinny.is_some(), "{arch:?}");
         }
         // The same bits either way: a kept copy is not used for a pass.
-        let tokens: Vec<u32> = (0..20).map(|i| (i * 7 + 3) % 67).collect();
+        let tokens: Vec<u32> = (0..HOST_PASS_ROWS as u32 + 4)
+            .map(|i| (i * 7 + 3) % 67)
+            .collect();
         assert_eq!(
-            logits(&packed, &tokens, 20),
-            logits(&kept, &tokens, 20),
+            logits(&packed, &tokens, tokens.len()),
+            logits(&kept, &tokens, tokens.len()),
             "{arch:?}"
         );
     }
 }
 
-/// A tree of 20 tokens: two branches of 9 and 10 under the root, pushed alternately (so in
-/// topological order, and over 16 tokens: passes of 16 and 4). Also returns the longer branch,
-/// root first.
+/// A tree of [`HOST_PASS_ROWS`] + 4 tokens: the root and two branches under it, pushed
+/// alternately (so in topological order, and two passes on the host path). Also returns the
+/// longer branch, root first.
 fn two_branch_tree() -> (TokenTree, Vec<usize>) {
+    let longer = HOST_PASS_ROWS as u32 / 2 + 2;
     let mut tree = TokenTree::new(3);
     let (mut a, mut b) = (0, 0);
     let mut branch = vec![0];
-    for i in 0..10u32 {
-        if i < 9 {
+    for i in 0..longer {
+        if i + 1 < longer {
             a = tree.push(a, (i * 5 + 1) % 67).unwrap();
         }
         b = tree.push(b, (i * 3 + 7) % 67).unwrap();
         branch.push(b);
     }
-    assert_eq!(tree.tokens().len(), 20);
+    assert_eq!(tree.tokens().len(), HOST_PASS_ROWS + 4);
     (tree, branch)
 }
 
@@ -201,13 +218,13 @@ fn run_tree(
         .unwrap()
 }
 
-/// A tree of 20 new tokens (over 16: passes of 16 and 4), all their logits, the hidden state
-/// after each layer, then 18 tokens that all attend to each other (a mask that cannot be split,
-/// one pass), and the output head applied to 20 rows directly.
+/// A tree of [`HOST_PASS_ROWS`] + 4 new tokens (two passes), all their logits, the hidden state
+/// after each layer, then [`HOST_PASS_ROWS`] + 2 tokens that all attend to each other (a mask
+/// that cannot be split: one pass), and the output head applied to their rows directly.
 fn long_requests(model: &Transformer<Flex>) -> Vec<f32> {
     let read = |t: Tensor<Flex, 2>| t.into_data().to_vec::<f32>().unwrap();
     let prompt: Vec<u32> = (0..5).map(|i| (i * 11 + 2) % 67).collect();
-    let mut cache = model.new_cache(64);
+    let mut cache = model.new_cache(CAPACITY);
     model
         .forward(ForwardRequest::tokens(&prompt), &mut cache)
         .unwrap();
@@ -217,23 +234,24 @@ fn long_requests(model: &Transformer<Flex>) -> Vec<f32> {
     for h in step.hidden {
         out.extend(read(h));
     }
-    let tokens: Vec<u32> = (0..18).map(|i| (i * 13 + 4) % 67).collect();
-    let everyone = vec![true; 18 * 18];
+    let n = HOST_PASS_ROWS + 2;
+    let tokens: Vec<u32> = (0..n as u32).map(|i| (i * 13 + 4) % 67).collect();
+    let everyone = vec![true; n * n];
     let step = model
         .forward(
             ForwardRequest::tokens(&tokens)
                 .mask(&everyone)
-                .logits(LogitRows::Rows(vec![17, 0, 9])),
+                .logits(LogitRows::Rows(vec![n - 1, 0, 9])),
             &mut cache,
         )
         .unwrap();
     out.extend(read(step.logits.unwrap()));
-    let x = step.last_hidden.slice([0..18, 0..48]);
+    let x = step.last_hidden.slice([0..n, 0..48]);
     out.extend(read(model.logits(x)));
     out
 }
 
-/// The logits of every node on one branch of a 20-token tree (two passes on the host path)
+/// The logits of every node on one branch of a long tree (two passes on the host path)
 /// equal those of the branch decoded as a plain chain after the same prompt.
 #[test]
 fn a_branch_of_a_long_tree_scores_as_its_chain() {
@@ -242,7 +260,7 @@ fn a_branch_of_a_long_tree_scores_as_its_chain() {
     for arch in [Architecture::Llama, Architecture::Qwen2] {
         let model = model(arch, Some(WeightFormat::F32));
         let prompt: Vec<u32> = (0..5).map(|i| (i * 11 + 2) % 67).collect();
-        let mut cache = model.new_cache(64);
+        let mut cache = model.new_cache(CAPACITY);
         model
             .forward(ForwardRequest::tokens(&prompt), &mut cache)
             .unwrap();
@@ -254,7 +272,7 @@ fn a_branch_of_a_long_tree_scores_as_its_chain() {
             .flat_map(|&node| logits[node * vocab..(node + 1) * vocab].to_vec())
             .collect();
         let chain_tokens: Vec<u32> = branch.iter().map(|&node| tree.tokens()[node]).collect();
-        let mut chain_cache = model.new_cache(64);
+        let mut chain_cache = model.new_cache(CAPACITY);
         model
             .forward(ForwardRequest::tokens(&prompt), &mut chain_cache)
             .unwrap();
@@ -285,7 +303,9 @@ fn long_trees_hidden_states_and_all_logits_match_burn() {
 /// speculative decoding needs at near-ties. Heads of 32 so that attention takes its SIMD loops.
 #[test]
 fn a_pass_of_several_tokens_equals_single_steps_bit_for_bit() {
-    let tokens: Vec<u32> = (0..30).map(|i| (i * 5 + 1) % 67).collect();
+    let tokens: Vec<u32> = (0..HOST_PASS_ROWS as u32 + 6)
+        .map(|i| (i * 5 + 1) % 67)
+        .collect();
     for arch in [Architecture::Llama, Architecture::Qwen2] {
         let config = ModelConfig {
             hidden_size: 128,
@@ -310,7 +330,7 @@ fn a_pass_of_several_tokens_equals_single_steps_bit_for_bit() {
                 .iter()
                 .map(|v| v.to_bits())
                 .collect();
-            for chunk in [2, 5, SKINNY_MAX_ROWS] {
+            for chunk in [2, 5, SKINNY_MAX_ROWS, tokens.len()] {
                 let batched: Vec<u32> = logits(&model, &tokens, chunk)
                     .iter()
                     .map(|v| v.to_bits())
@@ -324,19 +344,22 @@ fn a_pass_of_several_tokens_equals_single_steps_bit_for_bit() {
     }
 }
 
-/// A prompt of 40 tokens (logits of the last only) and then a 3-token step: the prompt runs in
-/// passes of 16 on the host path in the packed model, in one pass through burn in the other.
+/// A prompt of [`HOST_PASS_ROWS`] + 24 tokens (logits of the last only) and then a 3-token
+/// step: the prompt runs in two passes on the host path in the packed model, in one pass through
+/// burn in the other.
 fn prompt_then_step(model: &Transformer<Flex>) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
-    let prompt: Vec<u32> = (0..40).map(|i| (i * 11 + 2) % 67).collect();
-    let mut cache = model.new_cache(64);
+    let prompt: Vec<u32> = (0..HOST_PASS_ROWS as u32 + 24)
+        .map(|i| (i * 11 + 2) % 67)
+        .collect();
+    let mut cache = model.new_cache(CAPACITY);
     let out = model
         .forward(
             ForwardRequest::tokens(&prompt).logits(LogitRows::Last),
             &mut cache,
         )
         .unwrap();
-    assert_eq!(out.last_hidden.dims()[0], 40);
-    assert_eq!(cache.len(), 40);
+    assert_eq!(out.last_hidden.dims()[0], prompt.len());
+    assert_eq!(cache.len(), prompt.len());
     let last = out.logits.unwrap().into_data().to_vec::<f32>().unwrap();
     let hidden = out.last_hidden.into_data().to_vec::<f32>().unwrap();
     let step = model
@@ -408,7 +431,7 @@ fn tree_and_ranges(model: &Transformer<Flex>) -> Vec<f32> {
     use spec_runtime::Input;
     let read = |t: Tensor<Flex, 2>| t.into_data().to_vec::<f32>().unwrap();
     let prompt: Vec<u32> = (0..9).map(|i| (i * 11 + 2) % 67).collect();
-    let mut cache = model.new_cache(64);
+    let mut cache = model.new_cache(CAPACITY);
     let mut out = Vec::new();
     model
         .forward(ForwardRequest::tokens(&prompt), &mut cache)
