@@ -7,7 +7,7 @@
 //! `cargo run --release -p spec-kernels --example model_products [MODEL] [FORMAT] [ROWS]
 //! [ROUNDS]`: MODEL a reference model's name (default `qwen2.5-coder-1.5b`; also
 //! `smollm2-135m`, `qwen2.5-coder-0.5b`), FORMAT as `--weights` takes it (default f32), ROWS a
-//! list such as `1,2,4,5,8` (default), ROUNDS 12 after a warm-up round. Per row count: the
+//! list such as `1,2,4,5,8` (default; each 1..=64, a prompt's pass), ROUNDS 12 after a warm-up round. Per row count: the
 //! median time of all products, its median ratio to one row in the same round, and the same
 //! split by projection (q/k/v stacked, o, gate/up stacked, down, the output head).
 
@@ -41,8 +41,8 @@ fn main() -> Result<(), Box<dyn Error>> {
         let names: Vec<&str> = MODELS.iter().map(|m| m.name).collect();
         return Err(format!("unknown model {model:?}: one of {names:?}").into());
     };
-    if rows.iter().any(|&m| m == 0 || m > 16) || rounds == 0 {
-        return Err("rows must be 1..=16 and rounds at least 1".into());
+    if rows.iter().any(|&m| m == 0 || m > 64) || rounds == 0 {
+        return Err("rows must be 1..=64 and rounds at least 1".into());
     }
 
     // Values on a grid of 16 levels in every block of 32, enough for the largest product.
@@ -69,10 +69,10 @@ fn main() -> Result<(), Box<dyn Error>> {
         .map(|(_, m)| m.rows().max(m.cols()))
         .max()
         .unwrap_or(0);
-    let x: Vec<f32> = (0..16 * widest)
+    let x: Vec<f32> = (0..64 * widest)
         .map(|i| (i % 5) as f32 * 0.01 - 0.02)
         .collect();
-    let mut y = vec![0.0f32; 16 * widest];
+    let mut y = vec![0.0f32; 64 * widest];
     // times[row count][class or total][round]
     let mut times = vec![vec![Vec::new(); CLASSES.len() + 1]; rows.len()];
     for round in 0..=rounds {

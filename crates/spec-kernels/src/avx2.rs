@@ -276,7 +276,8 @@ mod imp {
     /// (2 × 1, 2 × 2, 4 × 2, 2 × 3, 2 × 4, and 2 × 5 in f32). For 2 × 5 in bf16 and
     /// Q8_0 they do not (widening needs a mask or a scale too; that tile spilled), so it holds
     /// the `RR` widened weight vectors instead and reads each vector of `x` where an FMA uses
-    /// it. Every shape does the same operations in the same order for a given output, so a
+    /// it; so do the tiles of two panels (4 × 3 to 4 × 5), whose sums take AVX-512's 32
+    /// registers. Every shape does the same operations in the same order for a given output, so a
     /// row's bits do not depend on the tile. Sums are reduced horizontally once, at the end of
     /// the rows.
     // Index loops over the register tile: fixed trip counts the compiler unrolls.
@@ -343,6 +344,10 @@ mod imp {
         /// Whether two rows of `x` run in tiles of two panels (4 weight rows × 2) rather than one
         /// (see [`sweep`]).
         const TWO_PANELS_FOR_TWO_ROWS: bool = false;
+        /// Whether [`tall_tiles`] may ask for tiles of two panels. Not for the integer tiles:
+        /// compiled in at all, the 4 × 4 shape made their other shapes 1.09–1.18 slower
+        /// (superblocks, 3 to 8 rows, with the 4 × 4 tile never run), and run, it gained nothing.
+        const TALL: bool = false;
         fn tile<const RR: usize, const M: usize>(
             self,
             simd: V3,
@@ -359,6 +364,7 @@ mod imp {
     impl<'x, W: Row> Tiles for Widened<'x, W> {
         type W = W;
         type X = &'x [[f32x8; 4]];
+        const TALL: bool = true;
 
         #[inline(always)]
         fn tile<const RR: usize, const M: usize>(
@@ -447,7 +453,9 @@ mod imp {
 
     /// Runs the tiles over weight rows `rows` for every row of `x`: tiles of one panel (2
     /// weight rows) × every row of `x` (4 at a time, 5 when 5 are left), so each weight vector
-    /// serves several multiply-adds; two rows of `x` against superblocks take 4 weight rows × 2.
+    /// serves several multiply-adds; two rows of `x` against superblocks take 4 weight rows × 2;
+    /// with `tall` (see [`tall_tiles`]), tiles of two panels (4 weight rows) × 4 rows of `x`
+    /// (3 or 5 for the last), and one panel for a last odd panel.
     ///
     /// A tile of one panel reads its weights as one sequential stream. Against tiles of two
     /// panels (two streams, each a few KB long before the next tile) and f32's passes of 8
@@ -459,6 +467,7 @@ mod imp {
     #[allow(clippy::too_many_arguments)]
     fn sweep<T: Tiles>(
         simd: V3,
+        tall: bool,
         tiles: T,
         row: impl Fn(usize) -> T::W,
         rows: Range<usize>,
@@ -469,6 +478,12 @@ mod imp {
     ) {
         let start = rows.start;
         let mut r = rows.start;
+        if T::TALL && tall {
+            while rows.end - r >= 4 {
+                run_rows::<T, 4, 4>(simd, tiles, &row, r, r - start, &x_row, blocks, m, outs);
+                r += 4;
+            }
+        }
         if m == 2 && T::TWO_PANELS_FOR_TWO_ROWS {
             while rows.end - r >= 4 {
                 run_rows::<T, 4, 2>(simd, tiles, &row, r, r - start, &x_row, blocks, m, outs);
@@ -900,6 +915,9 @@ mod imp {
         int8: Option<&'a QuantizedRows>,
         m: usize,
         outs: &'a mut [&'b mut [f32]],
+        /// Tiles of two panels (see [`tall_tiles`]); only inside `V4`, whose 32 registers hold
+        /// their 16 to 20 sums.
+        tall: bool,
     }
 
     impl NullaryFnOnce for Job<'_, '_> {
@@ -915,6 +933,7 @@ mod imp {
                 int8,
                 m,
                 outs,
+                tall,
             } = self;
             let kp = mat.padded_cols();
             let blocks = kp / BLOCK;
@@ -924,12 +943,12 @@ mod imp {
                 Storage::F32(w) => {
                     let w: &[[f32x8; 4]] = cast_slice(w);
                     let row = |r: usize| F32Row(panel(w, r, blocks), r % PANEL);
-                    widened_sweep(simd, row, rows, x, blocks, m, outs);
+                    widened_sweep(simd, tall, row, rows, x, blocks, m, outs);
                 }
                 Storage::Bf16(w) => {
                     let w: &[[u32x8; 2]] = cast_slice(w);
                     let row = |r: usize| Bf16Row(panel(w, r, blocks), r % PANEL);
-                    widened_sweep(simd, row, rows, x, blocks, m, outs);
+                    widened_sweep(simd, tall, row, rows, x, blocks, m, outs);
                 }
                 Storage::Q8_0 { quants, scales } => {
                     let quants: &[[u64; 4]] = cast_slice(quants);
@@ -938,7 +957,7 @@ mod imp {
                         scales: panel(scales, r, blocks),
                         lane: r % PANEL,
                     };
-                    integer_sweep(simd, row, rows, x, int8, blocks, m, outs);
+                    integer_sweep(simd, tall, row, rows, x, int8, blocks, m, outs);
                 }
                 Storage::Q4 { quants, params } => {
                     let quants: &[[u64; 2]] = cast_slice(quants);
@@ -947,7 +966,7 @@ mod imp {
                         side: Pairs(panel(params, r, blocks)),
                         lane: r % PANEL,
                     };
-                    widened_sweep(simd, row, rows, x, blocks, m, outs);
+                    widened_sweep(simd, tall, row, rows, x, blocks, m, outs);
                 }
                 Storage::Q4A8 {
                     quants,
@@ -964,7 +983,7 @@ mod imp {
                         },
                         lane: r % PANEL,
                     };
-                    integer_sweep(simd, row, rows, x, int8, blocks, m, outs);
+                    integer_sweep(simd, tall, row, rows, x, int8, blocks, m, outs);
                 }
                 Storage::Q4K {
                     quants,
@@ -983,7 +1002,7 @@ mod imp {
                         neg_min_steps: &neg_min_steps[r * per_row..(r + 1) * per_row],
                         lane: r % PANEL,
                     };
-                    superblock_sweep(simd, mat, row, rows, x, int8, m, outs);
+                    superblock_sweep(simd, tall, mat, row, rows, x, int8, m, outs);
                 }
                 Storage::Q6K {
                     lows,
@@ -1000,7 +1019,7 @@ mod imp {
                         steps: panel(steps, r, per_row),
                         lane: r % PANEL,
                     };
-                    superblock_sweep(simd, mat, row, rows, x, int8, m, outs);
+                    superblock_sweep(simd, tall, mat, row, rows, x, int8, m, outs);
                 }
             }
         }
@@ -1012,6 +1031,7 @@ mod imp {
     #[allow(clippy::too_many_arguments)]
     fn superblock_sweep<W: SuperRow>(
         simd: V3,
+        tall: bool,
         mat: &PackedMatrix,
         row: impl Fn(usize) -> W,
         rows: Range<usize>,
@@ -1026,6 +1046,7 @@ mod imp {
                 let x_row = int8_row(q, blocks);
                 sweep(
                     simd,
+                    tall,
                     SuperInt8(PhantomData),
                     row,
                     rows,
@@ -1044,6 +1065,7 @@ mod imp {
     #[allow(clippy::too_many_arguments)]
     fn widened_sweep<W: Row>(
         simd: V3,
+        tall: bool,
         row: impl Fn(usize) -> W,
         rows: Range<usize>,
         x: &[[f32x8; 4]],
@@ -1054,6 +1076,7 @@ mod imp {
         let x_row = |i: usize| &x[i * blocks..(i + 1) * blocks];
         sweep(
             simd,
+            tall,
             Widened(PhantomData),
             row,
             rows,
@@ -1083,6 +1106,7 @@ mod imp {
     #[allow(clippy::too_many_arguments)]
     fn integer_sweep<W: IntRow>(
         simd: V3,
+        tall: bool,
         row: impl Fn(usize) -> W,
         rows: Range<usize>,
         x: &[[f32x8; 4]],
@@ -1094,19 +1118,55 @@ mod imp {
         match int8 {
             Some(q) => {
                 let x_row = int8_row(q, blocks);
-                sweep(simd, Int8(PhantomData), row, rows, x_row, blocks, m, outs);
+                sweep(
+                    simd,
+                    tall,
+                    Int8(PhantomData),
+                    row,
+                    rows,
+                    x_row,
+                    blocks,
+                    m,
+                    outs,
+                );
             }
-            None => widened_sweep(simd, row, rows, x, blocks, m, outs),
+            None => widened_sweep(simd, tall, row, rows, x, blocks, m, outs),
+        }
+    }
+
+    /// Rows of `x` at least this many bytes in all (f32) no longer sit in L1 beside a panel, so
+    /// that tiles of two panels, which read each vector of `x` for 4 weight rows instead of 2,
+    /// pay for f32 and bf16 weights (see [`tall_tiles`]).
+    const TALL_X_BYTES: usize = 24 * 1024;
+
+    /// Whether `m` rows of `x` against `mat` run in tiles of two panels (4 weight rows × 4
+    /// rows of `x`), given 32 registers for their sums. Each output keeps its operations and
+    /// their order, so its bits, whatever the tile. Measured in one process against one-panel
+    /// tiles, both orders of each pair (docs/benchmarks.md, nineteenth session):
+    /// - f32 and bf16 pay once the rows of `x` leave L1 (0.78–0.94 of the time where they
+    ///   fill 24 KB or more; 1.07–1.46 where they fit, as for SmolLM2 at up to 8 rows);
+    /// - Q4 widened pays from 3 rows (0.71–0.93), Q8_0 widened from 16 (0.86–1.00: a prompt's
+    ///   passes);
+    /// - the integer tiles of the `*A8` formats do not take them ([`Tiles::TALL`]; per block
+    ///   they took 1.01–1.20 of the time).
+    fn tall_tiles(mat: &PackedMatrix, int8: bool, m: usize) -> bool {
+        let x_bytes = m * mat.padded_cols() * size_of::<f32>();
+        match &mat.storage {
+            Storage::F32(_) | Storage::Bf16(_) => m >= 3 && x_bytes >= TALL_X_BYTES,
+            Storage::Q4 { .. } => m >= 3,
+            Storage::Q8_0 { .. } => !int8 && m >= 16,
+            Storage::Q4A8 { .. } | Storage::Q4K { .. } | Storage::Q6K { .. } => false,
         }
     }
 
     /// `outs[i][r - rows.start] = x[i] · W[r]`; `x` is `[m, padded_cols]`, and `int8` the same
     /// rows rounded to int8, which integer weights multiply instead when given (f32 and bf16
-    /// weights, which have no integer path, then multiply `x`). With `wide`, on a CPU with
-    /// AVX-512, the same code is compiled for it (inside `V4`'s target features): the
-    /// operations stay AVX2's, but 32 registers hold the wider tiles' sums that 16 spilled
-    /// (the 1.5B's superblock products took 0.87–0.93 of the time at 3 to 8 rows;
-    /// docs/benchmarks.md, eighteenth session).
+    /// weights, which have no integer path, then multiply `x`). With `avx512`, on a CPU with
+    /// AVX-512, the integer tiles and the tiles of two panels ([`tall_tiles`]) are compiled for
+    /// it (inside `V4`'s target features): the operations stay AVX2's, but 32 registers hold
+    /// the sums that 16 would spill (the 1.5B's superblock products took 0.87–0.93 of the time
+    /// at 3 to 8 rows, docs/benchmarks.md, eighteenth session; the one-panel tiles of the
+    /// widened formats gain nothing, 0.98–1.06).
     pub(crate) fn run(
         mat: &PackedMatrix,
         rows: Range<usize>,
@@ -1114,9 +1174,10 @@ mod imp {
         int8: Option<&QuantizedRows>,
         m: usize,
         outs: &mut [&mut [f32]],
-        wide: bool,
+        avx512: bool,
     ) {
-        if let Some(v4) = V4::try_new().filter(|_| wide) {
+        let tall = tall_tiles(mat, int8.is_some(), m);
+        if let Some(v4) = V4::try_new().filter(|_| avx512 && (int8.is_some() || tall)) {
             return v4.vectorize(Job {
                 simd: *v4,
                 mat,
@@ -1125,6 +1186,7 @@ mod imp {
                 int8,
                 m,
                 outs,
+                tall,
             });
         }
         match V3::try_new() {
@@ -1136,6 +1198,7 @@ mod imp {
                 int8,
                 m,
                 outs,
+                tall: false,
             }),
             None => match int8 {
                 Some(q) => crate::scalar::run(mat, rows, &q.dequantize(), m, outs),
@@ -1163,7 +1226,7 @@ mod imp {
         int8: Option<&QuantizedRows>,
         m: usize,
         outs: &mut [&mut [f32]],
-        _wide: bool,
+        _avx512: bool,
     ) {
         match int8 {
             Some(q) => crate::scalar::run(mat, rows, &q.dequantize(), m, outs),

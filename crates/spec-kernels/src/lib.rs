@@ -19,7 +19,10 @@
 //!   times (from cache after the first pass). On a CPU with AVX-512 (F, BW, CD, DQ, VL) the
 //!   integer tiles of the `*A8` formats are compiled for it ([`Isa::Auto`]): the operations
 //!   and their results are the same, but 32 vector registers hold the tiles that spill from
-//!   16 ([`Isa::Avx2`] keeps 16);
+//!   16 ([`Isa::Avx2`] keeps 16); there, weights widened to f32 also take tiles of two panels
+//!   (4 weight rows × 3 to 5 rows of `x`, up to 20 sums) where several rows of `x` no longer
+//!   fit in L1 beside a panel (f32 and bf16 from 24 KB of `x`, Q4 from 3 rows, Q8_0 from 16),
+//!   so each vector of `x` read serves twice the multiply-adds;
 //! - tiles ask for their weights 4 KB of a panel ahead (`prefetcht0`; for f32 only from two
 //!   rows of `x` on), which measured faster for Q8_0 and bf16 at every row count;
 //! - the output rows are split into blocks run by the calling thread and helper threads that spin

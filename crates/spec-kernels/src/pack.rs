@@ -655,9 +655,8 @@ impl PackedMatrix {
             .rounds_activations()
             .then(|| QuantizedRows::new(xs, kp, self.activation_group()));
         let simd = exec.isa != Isa::Scalar && avx2::available();
-        // The AVX-512 build pays for the integer tiles only: the widened formats' products
-        // measured 0.98–1.06 of the AVX2 build's time (docs/benchmarks.md, eighteenth session).
-        let wide = exec.isa == Isa::Auto && int8.is_some();
+        // `Isa::Avx2` keeps the 16-register build; the kernel decides where AVX-512 pays.
+        let avx512 = exec.isa == Isa::Auto;
         // The SIMD path reads `int8` itself; only the portable loop needs the rounded f32 copy.
         let rounded = int8
             .as_ref()
@@ -666,7 +665,7 @@ impl PackedMatrix {
         let xs = rounded.as_deref().unwrap_or(xs);
         let run = |rows: Range<usize>, outs: &mut [&mut [f32]]| {
             if simd {
-                avx2::run(self, rows, xs, int8.as_ref(), m, outs, wide);
+                avx2::run(self, rows, xs, int8.as_ref(), m, outs, avx512);
             } else {
                 scalar::run(self, rows, xs, m, outs);
             }
