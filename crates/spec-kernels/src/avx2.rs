@@ -276,8 +276,8 @@ mod imp {
     /// (2 × 1, 2 × 2, 4 × 2, 2 × 3, 2 × 4, and 2 × 5 in f32). For 2 × 5 in bf16 and
     /// Q8_0 they do not (widening needs a mask or a scale too; that tile spilled), so it holds
     /// the `RR` widened weight vectors instead and reads each vector of `x` where an FMA uses
-    /// it; so do the tiles of two panels (4 × 3 to 4 × 5), whose sums take AVX-512's 32
-    /// registers. Every shape does the same operations in the same order for a given output, so a
+    /// it; so do the tiles of two and three panels (4 × 3 to 6 × 5), whose sums take
+    /// AVX-512's 32 registers. Every shape does the same operations in the same order for a given output, so a
     /// row's bits do not depend on the tile. Sums are reduced horizontally once, at the end of
     /// the rows.
     // Index loops over the register tile: fixed trip counts the compiler unrolls.
@@ -348,6 +348,11 @@ mod imp {
         /// compiled in at all, the 4 × 4 shape made their other shapes 1.09–1.18 slower
         /// (superblocks, 3 to 8 rows, with the 4 × 4 tile never run), and run, it gained nothing.
         const TALL: bool = false;
+        /// Whether tall tiles take three panels (6 weight rows) where they can: f32 weights,
+        /// which need no registers to widen (against two panels, the 1.5B's f32 products took
+        /// 0.87–0.94 of the time at 4 and 5 rows and 0.97–1.0 at 6 to 16; bf16 and Q4 took
+        /// 1.02–1.17 from 5 rows).
+        const THREE_PANELS: bool = false;
         fn tile<const RR: usize, const M: usize>(
             self,
             simd: V3,
@@ -365,6 +370,7 @@ mod imp {
         type W = W;
         type X = &'x [[f32x8; 4]];
         const TALL: bool = true;
+        const THREE_PANELS: bool = W::TEMPORARIES == 0;
 
         #[inline(always)]
         fn tile<const RR: usize, const M: usize>(
@@ -454,8 +460,9 @@ mod imp {
     /// Runs the tiles over weight rows `rows` for every row of `x`: tiles of one panel (2
     /// weight rows) × every row of `x` (4 at a time, 5 when 5 are left), so each weight vector
     /// serves several multiply-adds; two rows of `x` against superblocks take 4 weight rows × 2;
-    /// with `tall` (see [`tall_tiles`]), tiles of two panels (4 weight rows) × 4 rows of `x`
-    /// (3 or 5 for the last), and one panel for a last odd panel.
+    /// with `tall` (see [`tall_tiles`]), tiles of three panels (f32: 6 weight rows) or two (4
+    /// weight rows) × 4 rows of `x` (3 or 5 for the last), then two and one for the panels
+    /// left.
     ///
     /// A tile of one panel reads its weights as one sequential stream. Against tiles of two
     /// panels (two streams, each a few KB long before the next tile) and f32's passes of 8
@@ -479,6 +486,10 @@ mod imp {
         let start = rows.start;
         let mut r = rows.start;
         if T::TALL && tall {
+            while T::THREE_PANELS && rows.end - r >= 6 {
+                run_rows::<T, 6, 4>(simd, tiles, &row, r, r - start, &x_row, blocks, m, outs);
+                r += 6;
+            }
             while rows.end - r >= 4 {
                 run_rows::<T, 4, 4>(simd, tiles, &row, r, r - start, &x_row, blocks, m, outs);
                 r += 4;
@@ -915,8 +926,8 @@ mod imp {
         int8: Option<&'a QuantizedRows>,
         m: usize,
         outs: &'a mut [&'b mut [f32]],
-        /// Tiles of two panels (see [`tall_tiles`]); only inside `V4`, whose 32 registers hold
-        /// their 16 to 20 sums.
+        /// Tiles of two or three panels (see [`tall_tiles`]); only inside `V4`, whose 32
+        /// registers hold their 12 to 30 sums.
         tall: bool,
     }
 
@@ -1140,7 +1151,7 @@ mod imp {
     const TALL_X_BYTES: usize = 24 * 1024;
 
     /// Whether `m` rows of `x` against `mat` run in tiles of two panels (4 weight rows × 4
-    /// rows of `x`), given 32 registers for their sums. Each output keeps its operations and
+    /// rows of `x`; three for f32, [`Tiles::THREE_PANELS`]), given 32 registers for their sums. Each output keeps its operations and
     /// their order, so its bits, whatever the tile. Measured in one process against one-panel
     /// tiles, both orders of each pair (docs/benchmarks.md, nineteenth session):
     /// - f32 and bf16 pay once the rows of `x` leave L1 (0.78–0.94 of the time where they
