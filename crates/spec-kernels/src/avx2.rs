@@ -348,10 +348,8 @@ mod imp {
         /// compiled in at all, the 4 × 4 shape made their other shapes 1.09–1.18 slower
         /// (superblocks, 3 to 8 rows, with the 4 × 4 tile never run), and run, it gained nothing.
         const TALL: bool = false;
-        /// Whether tall tiles take three panels (6 weight rows) where they can: f32 weights,
-        /// which need no registers to widen (against two panels, the 1.5B's f32 products took
-        /// 0.87–0.94 of the time at 4 and 5 rows and 0.97–1.0 at 6 to 16; bf16 and Q4 took
-        /// 1.02–1.17 from 5 rows).
+        /// Whether tall tiles take three panels (6 weight rows) for up to
+        /// [`THREE_PANELS_MAX_ROWS`] rows of `x`: f32 weights, which need no registers to widen.
         const THREE_PANELS: bool = false;
         fn tile<const RR: usize, const M: usize>(
             self,
@@ -460,9 +458,9 @@ mod imp {
     /// Runs the tiles over weight rows `rows` for every row of `x`: tiles of one panel (2
     /// weight rows) × every row of `x` (4 at a time, 5 when 5 are left), so each weight vector
     /// serves several multiply-adds; two rows of `x` against superblocks take 4 weight rows × 2;
-    /// with `tall` (see [`tall_tiles`]), tiles of three panels (f32: 6 weight rows) or two (4
-    /// weight rows) × 4 rows of `x` (3 or 5 for the last), then two and one for the panels
-    /// left.
+    /// with `tall` (see [`tall_tiles`]), tiles of three panels (f32 up to 5 rows: 6 weight
+    /// rows) or two (4 weight rows) × 4 rows of `x` (3 or 5 for the last), then two and one for
+    /// the panels left.
     ///
     /// A tile of one panel reads its weights as one sequential stream. Against tiles of two
     /// panels (two streams, each a few KB long before the next tile) and f32's passes of 8
@@ -486,7 +484,7 @@ mod imp {
         let start = rows.start;
         let mut r = rows.start;
         if T::TALL && tall {
-            while T::THREE_PANELS && rows.end - r >= 6 {
+            while T::THREE_PANELS && m <= THREE_PANELS_MAX_ROWS && rows.end - r >= 6 {
                 run_rows::<T, 6, 4>(simd, tiles, &row, r, r - start, &x_row, blocks, m, outs);
                 r += 6;
             }
@@ -1144,6 +1142,12 @@ mod imp {
             None => widened_sweep(simd, tall, row, rows, x, blocks, m, outs),
         }
     }
+
+    /// The most rows of `x` (a verification of K = 4) that f32's tall tiles take in three
+    /// panels: against two, the 1.5B's f32 products took 0.87–0.94 of the time at 4 and 5 rows
+    /// (`bench-forward`: forward(4) and forward(5) 0.86–0.97), 0.97–1.0 at 6 to 16, and a
+    /// 128-token prompt in passes of 64 1.12 (bf16 and Q4 took 1.02–1.17 from 5 rows).
+    const THREE_PANELS_MAX_ROWS: usize = 5;
 
     /// Rows of `x` at least this many bytes in all (f32) no longer sit in L1 beside a panel, so
     /// that tiles of two panels, which read each vector of `x` for 4 weight rows instead of 2,

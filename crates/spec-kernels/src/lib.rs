@@ -20,7 +20,7 @@
 //!   integer tiles of the `*A8` formats are compiled for it ([`Isa::Auto`]): the operations
 //!   and their results are the same, but 32 vector registers hold the tiles that spill from
 //!   16 ([`Isa::Avx2`] keeps 16); there, weights widened to f32 also take tiles of two panels
-//!   (4 weight rows × 3 to 5 rows of `x`; f32 three panels, 6 weight rows) where several rows of `x` no longer
+//!   (4 weight rows × 3 to 5 rows of `x`; f32 at up to 5 rows three panels, 6 weight rows) where several rows of `x` no longer
 //!   fit in L1 beside a panel (f32 and bf16 from 24 KB of `x`, Q4 from 3 rows, Q8_0 from 16),
 //!   so each vector of `x` read serves twice the multiply-adds;
 //! - tiles ask for their weights 4 KB of a panel ahead (`prefetcht0`; for f32 only from two
