@@ -7,9 +7,10 @@
 //! `cargo run --release -p spec-kernels --example model_products [MODEL] [FORMAT] [ROWS]
 //! [ROUNDS]`: MODEL a reference model's name (default `qwen2.5-coder-1.5b`; also
 //! `smollm2-135m`, `qwen2.5-coder-0.5b`), FORMAT as `--weights` takes it (default f32), ROWS a
-//! list such as `1,2,4,5,8` (default; each 1..=64, a prompt's pass), ROUNDS 12 after a warm-up round. Per row count: the
-//! median time of all products, its median ratio to one row in the same round, and the same
-//! split by projection (q/k/v stacked, o, gate/up stacked, down, the output head).
+//! list such as `1,2,4,5,8` (default; each 1..=64, a prompt's pass), ROUNDS 12 after a warm-up
+//! round. Per row count: the median time of all products, its median ratio to one row in the
+//! same round, and the same split by projection (q/k/v stacked, o, gate/up stacked, down, the
+//! output head).
 
 use std::error::Error;
 use std::time::Instant;

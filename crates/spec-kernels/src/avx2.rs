@@ -277,7 +277,8 @@ mod imp {
     /// Q8_0 they do not (widening needs a mask or a scale too; that tile spilled), so it holds
     /// the `RR` widened weight vectors instead and reads each vector of `x` where an FMA uses
     /// it; so do the tiles of two and three panels (4 × 3 to 6 × 5), whose sums take
-    /// AVX-512's 32 registers. Every shape does the same operations in the same order for a given output, so a
+    /// AVX-512's 32 registers. Every shape does the same operations in the same order for a
+    /// given output, so a
     /// row's bits do not depend on the tile. Sums are reduced horizontally once, at the end of
     /// the rows.
     // Index loops over the register tile: fixed trip counts the compiler unrolls.
@@ -1011,7 +1012,7 @@ mod imp {
                         neg_min_steps: &neg_min_steps[r * per_row..(r + 1) * per_row],
                         lane: r % PANEL,
                     };
-                    superblock_sweep(simd, tall, mat, row, rows, x, int8, m, outs);
+                    superblock_sweep(simd, mat, row, rows, x, int8, m, outs);
                 }
                 Storage::Q6K {
                     lows,
@@ -1028,7 +1029,7 @@ mod imp {
                         steps: panel(steps, r, per_row),
                         lane: r % PANEL,
                     };
-                    superblock_sweep(simd, tall, mat, row, rows, x, int8, m, outs);
+                    superblock_sweep(simd, mat, row, rows, x, int8, m, outs);
                 }
             }
         }
@@ -1040,7 +1041,6 @@ mod imp {
     #[allow(clippy::too_many_arguments)]
     fn superblock_sweep<W: SuperRow>(
         simd: V3,
-        tall: bool,
         mat: &PackedMatrix,
         row: impl Fn(usize) -> W,
         rows: Range<usize>,
@@ -1055,7 +1055,7 @@ mod imp {
                 let x_row = int8_row(q, blocks);
                 sweep(
                     simd,
-                    tall,
+                    false,
                     SuperInt8(PhantomData),
                     row,
                     rows,
@@ -1155,9 +1155,10 @@ mod imp {
     const TALL_X_BYTES: usize = 24 * 1024;
 
     /// Whether `m` rows of `x` against `mat` run in tiles of two panels (4 weight rows × 4
-    /// rows of `x`; three for f32, [`Tiles::THREE_PANELS`]), given 32 registers for their sums. Each output keeps its operations and
-    /// their order, so its bits, whatever the tile. Measured in one process against one-panel
-    /// tiles, both orders of each pair (docs/benchmarks.md, nineteenth session):
+    /// rows of `x`; three for f32, [`Tiles::THREE_PANELS`]), given 32 registers for their
+    /// sums. Each output keeps its operations and their order, so its bits, whatever the tile.
+    /// Measured in one process against one-panel tiles, both orders of each pair
+    /// (docs/benchmarks.md, nineteenth session):
     /// - f32 and bf16 pay once the rows of `x` leave L1 (0.78–0.94 of the time where they
     ///   fill 24 KB or more; 1.07–1.46 where they fit, as for SmolLM2 at up to 8 rows);
     /// - Q4 widened pays from 3 rows (0.71–0.93), Q8_0 widened from 16 (0.86–1.00: a prompt's

@@ -4,7 +4,8 @@
 //! host step with the same AVX2 + FMA dispatch (module `ops`).
 //!
 //! The main kernel is a *skinny* matrix product `y[M, n] = x[M, k] · Wᵀ` for the few rows
-//! (`M ≤ 16`) that a decode step or a speculative verification step feeds through a projection.
+//! (`M ≤ 16`) that a decode step or a speculative verification step feeds through a projection
+//! (`spec-runtime` also runs a prompt through it, in passes of up to 64 rows).
 //! `W` is stored `[n, k]` (one row per output), as checkpoints and `spec-runtime` keep it.
 //!
 //! At these sizes the product is bound by reading `W`: a general matrix product either reads the
@@ -20,9 +21,10 @@
 //!   integer tiles of the `*A8` formats are compiled for it ([`Isa::Auto`]): the operations
 //!   and their results are the same, but 32 vector registers hold the tiles that spill from
 //!   16 ([`Isa::Avx2`] keeps 16); there, weights widened to f32 also take tiles of two panels
-//!   (4 weight rows × 3 to 5 rows of `x`; f32 at up to 5 rows three panels, 6 weight rows) where several rows of `x` no longer
-//!   fit in L1 beside a panel (f32 and bf16 from 24 KB of `x`, Q4 from 3 rows, Q8_0 from 16),
-//!   so each vector of `x` read serves twice the multiply-adds;
+//!   (4 weight rows × 3 to 5 rows of `x`; for f32 at up to 5 rows three panels, 6 weight rows)
+//!   where several rows of `x` no longer fit in L1 beside a panel (f32 and bf16 from 24 KB of
+//!   `x`, Q4 from 3 rows, Q8_0 from 16), so each vector of `x` read serves two or three times
+//!   the multiply-adds;
 //! - tiles ask for their weights 4 KB of a panel ahead (`prefetcht0`; for f32 only from two
 //!   rows of `x` on), which measured faster for Q8_0 and bf16 at every row count;
 //! - the output rows are split into blocks run by the calling thread and helper threads that spin
