@@ -1127,9 +1127,11 @@ mod imp {
         match int8 {
             Some(q) => {
                 let x_row = int8_row(q, blocks);
+                // The integer tiles never take tall tiles (`Tiles::TALL`); `tall` is for the
+                // widened fallback below.
                 sweep(
                     simd,
-                    tall,
+                    false,
                     Int8(PhantomData),
                     row,
                     rows,
