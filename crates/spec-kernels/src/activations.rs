@@ -1,7 +1,7 @@
 //! Rows of `x` rounded to int8, for the formats that multiply integer weights by integer
 //! activations ([`crate::WeightFormat::Q8_0A8`], [`crate::WeightFormat::Q4A8`]).
 
-use crate::pack::BLOCK;
+use crate::pack::{BLOCK, GROUP};
 
 /// `m` rows of `padded_cols` inputs as blocks of 32 int8 quants, each block with its step
 /// (`max |x| / 127` over the block, or over a run of blocks that share it): input `x` becomes
@@ -22,14 +22,22 @@ pub(crate) struct QuantizedRows {
     /// block, the first halves' (blocks 0..8) then the second halves', as a Q6_K superblock's
     /// scales are kept; empty otherwise.
     pub(crate) half_sums: Vec<[i16; 16]>,
+    /// With `interleave`, the quants in [`crate::pack::Storage::Q8_0Groups`]' order (each
+    /// row's whole groups of 8 blocks as units holding 4 quants of each block; the blocks after
+    /// them as they are), for the tiles that multiply that layout; empty otherwise.
+    pub(crate) grouped: Vec<[i8; BLOCK]>,
+    /// With `interleave`, per row and whole group of 8 blocks, `−128 · Σ q` of each block:
+    /// where the stored quants are `q_w + 128`, the integer sums start from these.
+    pub(crate) group_offsets: Vec<[i32; GROUP]>,
 }
 
 impl QuantizedRows {
     /// Rounds `x` `[m, padded_cols]` (row-major, `padded_cols` a multiple of [`BLOCK`] and of
     /// `group` blocks): each run of `group` blocks shares one step, `max |x| / 127` over the
     /// run (1 block as llama.cpp's Q8_0, 8 as its Q8_K for Q4_K superblocks, whose integer
-    /// sums then need one scaling a superblock).
-    pub(crate) fn new(x: &[f32], padded_cols: usize, group: usize) -> Self {
+    /// sums then need one scaling a superblock). With `interleave`, also fills
+    /// [`QuantizedRows::grouped`].
+    pub(crate) fn new(x: &[f32], padded_cols: usize, group: usize, interleave: bool) -> Self {
         let n = x.len() / BLOCK;
         let blocks = (padded_cols / BLOCK).max(1);
         let group = group.max(1);
@@ -82,12 +90,19 @@ impl QuantizedRows {
                 half_sums.push(halves);
             }
         }
+        let (grouped, group_offsets) = if interleave {
+            (interleaved(&quants, blocks), offsets(&quants, blocks))
+        } else {
+            (Vec::new(), Vec::new())
+        };
         Self {
             quants,
             steps,
             sums,
             sum_stride,
             half_sums,
+            grouped,
+            group_offsets,
         }
     }
 
@@ -99,4 +114,36 @@ impl QuantizedRows {
         }
         out
     }
+}
+
+/// `quants` (rows of `blocks` blocks) in [`crate::pack::Storage::Q8_0Groups`]' order
+/// ([`crate::pack::grouped_byte`]: in a whole group, unit `t` holds quants `4 t .. 4 t + 4` of each block).
+fn interleaved(quants: &[[i8; BLOCK]], blocks: usize) -> Vec<[i8; BLOCK]> {
+    let mut out = quants.to_vec();
+    for (row, out) in quants
+        .chunks_exact(blocks)
+        .zip(out.chunks_exact_mut(blocks))
+    {
+        for (group, out) in row.chunks_exact(GROUP).zip(out.chunks_exact_mut(GROUP)) {
+            for (t, unit) in out.iter_mut().enumerate() {
+                for (j, four) in unit.chunks_exact_mut(4).enumerate() {
+                    four.copy_from_slice(&group[j][4 * t..4 * t + 4]);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// [`QuantizedRows::group_offsets`] of `quants` (rows of `blocks` blocks).
+fn offsets(quants: &[[i8; BLOCK]], blocks: usize) -> Vec<[i32; GROUP]> {
+    let mut out = Vec::new();
+    for row in quants.chunks_exact(blocks) {
+        for group in row.chunks_exact(GROUP) {
+            out.push(std::array::from_fn(|j| {
+                -128 * group[j].iter().map(|&q| i32::from(q)).sum::<i32>()
+            }));
+        }
+    }
+    out
 }

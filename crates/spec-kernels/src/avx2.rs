@@ -13,12 +13,13 @@ mod imp {
 
     use core::arch::x86_64::{__m128i, __m256i};
     use pulp::bytemuck::cast_slice;
+    use pulp::core_arch::x86::Avx512vnni;
     use pulp::x86::{V3, V4};
 
     use pulp::{NullaryFnOnce, Simd, cast, f32x8, i8x16, i32x8, u8x16, u32x8};
 
     use crate::activations::QuantizedRows;
-    use crate::pack::{BLOCK, PANEL, PackedMatrix, Storage};
+    use crate::pack::{BLOCK, GROUP, PANEL, PackedMatrix, Storage};
 
     pub(crate) fn available() -> bool {
         V3::is_available()
@@ -519,6 +520,9 @@ mod imp {
         sums: &'x [f32x8],
         /// Per superblock, the sums of `q` over halves of a block (see `QuantizedRows`).
         half_sums: &'x [[i16; 16]],
+        /// Per whole group of 8 blocks, the blocks' `−128 · Σ q` (see `QuantizedRows`); empty
+        /// but for [`grouped_sweep`].
+        group_offsets: &'x [[i32; GROUP]],
     }
 
     /// A weight row whose quants multiply int8 activations with integer multiply-adds.
@@ -647,6 +651,255 @@ mod imp {
             for i in 0..M {
                 let total = rows[r].add_mins(simd, xs[i].sums, acc[r][i]);
                 out[r][i] = simd.reduce_sum_f32s(total);
+            }
+        }
+        out
+    }
+
+    /// How a tile sums products of bytes, 4 into each 32-bit lane. Every sum is exact, so
+    /// the implementations give the same bits.
+    trait IntDot: Copy {
+        /// Whether [`IntDot::group_dot`] multiplies the stored quants as they are (`q + 128`),
+        /// so that a group's sums start from `x`'s `−128 · Σ q` instead of zero.
+        const BIASED: bool;
+        /// What [`IntDot::group_dot`] needs of a unit of stored quants (`q + 128`).
+        type Unit: Copy;
+        fn unit(self, simd: V3, stored: __m256i) -> Self::Unit;
+        /// `acc` plus, in each lane, the 4 products of the unit's quants by `x`'s in it (plus
+        /// 128 times `x`'s with [`IntDot::BIASED`]).
+        fn group_dot(self, simd: V3, acc: __m256i, unit: Self::Unit, x: __m256i) -> __m256i;
+        /// `acc` plus, in each lane, the 4 products of `unsigned` (at most 127) by `signed`.
+        fn dot(self, simd: V3, acc: __m256i, unsigned: __m256i, signed: __m256i) -> __m256i;
+    }
+
+    /// The signed quants of a unit of stored ones (`q + 128`).
+    #[inline(always)]
+    fn unbiased(simd: V3, stored: __m256i) -> __m256i {
+        simd.avx2
+            ._mm256_xor_si256(stored, simd.avx._mm256_set1_epi8(i8::MIN))
+    }
+
+    /// AVX2: `vpmaddubsw` into 16-bit pairs (at most 2 · 127 · 127: no saturation with the
+    /// unsigned side at most 127, so signed weights give their sign to `x` and their absolute
+    /// value to the unsigned side), `vpmaddwd` by ones into lanes, then an add.
+    #[derive(Clone, Copy)]
+    struct PairSums;
+
+    impl IntDot for PairSums {
+        const BIASED: bool = false;
+        type Unit = (__m256i, __m256i);
+
+        #[inline(always)]
+        fn unit(self, simd: V3, stored: __m256i) -> Self::Unit {
+            let signed = unbiased(simd, stored);
+            (simd.avx2._mm256_abs_epi8(signed), signed)
+        }
+
+        #[inline(always)]
+        fn group_dot(self, simd: V3, acc: __m256i, unit: Self::Unit, x: __m256i) -> __m256i {
+            let (magnitude, signs) = unit;
+            self.dot(simd, acc, magnitude, simd.avx2._mm256_sign_epi8(x, signs))
+        }
+
+        #[inline(always)]
+        fn dot(self, simd: V3, acc: __m256i, unsigned: __m256i, signed: __m256i) -> __m256i {
+            let pairs = simd.avx2._mm256_maddubs_epi16(unsigned, signed);
+            let ones = simd.avx._mm256_set1_epi16(1);
+            let lanes = simd.avx2._mm256_madd_epi16(pairs, ones);
+            simd.avx2._mm256_add_epi32(acc, lanes)
+        }
+    }
+
+    /// AVX512-VNNI's `vpdpbusd` (unsigned by signed bytes, 4 a lane, into 32 bits without
+    /// saturation): a group's stored quants `q + 128` times `x` in one instruction, no sign
+    /// juggling (the 128 · Σ x it adds is taken off by starting from the group's offsets).
+    #[derive(Clone, Copy)]
+    struct Vnni(Avx512vnni);
+
+    impl Vnni {
+        #[inline(always)]
+        #[allow(unsafe_code)]
+        fn dpbusd(self, acc: __m256i, unsigned: __m256i, signed: __m256i) -> __m256i {
+            let Vnni(_proof) = self;
+            // SAFETY: an `Avx512vnni` exists only where the CPU has AVX512-VNNI and AVX512-VL
+            // (`Avx512vnni::try_new` detects both), the features this intrinsic needs; it reads
+            // no memory. pulp wraps no VNNI instruction, hence this one call of our own.
+            unsafe { core::arch::x86_64::_mm256_dpbusd_epi32(acc, unsigned, signed) }
+        }
+    }
+
+    impl IntDot for Vnni {
+        const BIASED: bool = true;
+        type Unit = __m256i;
+
+        #[inline(always)]
+        fn unit(self, _simd: V3, stored: __m256i) -> __m256i {
+            stored
+        }
+
+        #[inline(always)]
+        fn group_dot(self, _simd: V3, acc: __m256i, unit: __m256i, x: __m256i) -> __m256i {
+            self.dpbusd(acc, unit, x)
+        }
+
+        #[inline(always)]
+        fn dot(self, _simd: V3, acc: __m256i, unsigned: __m256i, signed: __m256i) -> __m256i {
+            self.dpbusd(acc, unsigned, signed)
+        }
+    }
+
+    pulp::simd_type! {
+        /// `V4` with AVX512-VNNI: the target features [`Vnni`]'s tiles are compiled with, so
+        /// that its intrinsic is inlined into them.
+        struct V4Vnni {
+            pub sse: "sse",
+            pub sse2: "sse2",
+            pub fxsr: "fxsr",
+            pub sse3: "sse3",
+            pub ssse3: "ssse3",
+            pub sse4_1: "sse4.1",
+            pub sse4_2: "sse4.2",
+            pub popcnt: "popcnt",
+            pub avx: "avx",
+            pub avx2: "avx2",
+            pub bmi1: "bmi1",
+            pub bmi2: "bmi2",
+            pub fma: "fma",
+            pub lzcnt: "lzcnt",
+            pub avx512f: "avx512f",
+            pub avx512bw: "avx512bw",
+            pub avx512cd: "avx512cd",
+            pub avx512dq: "avx512dq",
+            pub avx512vl: "avx512vl",
+            pub avx512vnni: "avx512vnni",
+        }
+    }
+
+    impl<'a> Q8Row<'a> {
+        /// Group `g` of the row's panel, stored as [`Storage::Q8_0Groups`]: unit `t` of this
+        /// row at `t · PANEL + lane`.
+        #[inline(always)]
+        fn group(self, g: usize) -> &'a [[u64; 4]; GROUP * PANEL] {
+            &self.quants.as_chunks::<{ GROUP * PANEL }>().0[g]
+        }
+
+        /// The scales of group `g`'s blocks, stored as [`Storage::Q8_0Groups`].
+        #[inline(always)]
+        fn group_scales(self, g: usize) -> f32x8 {
+            cast(self.scales.as_chunks::<GROUP>().0[g * PANEL + self.lane])
+        }
+    }
+
+    /// [`Storage::Q8_0Groups`] against int8 rows of `x` in the same order ([`tile_grouped`]).
+    #[derive(Clone, Copy)]
+    struct Grouped<'w, 'x, D>(D, PhantomData<(&'w (), &'x ())>);
+
+    impl<'w, 'x, D: IntDot> Tiles for Grouped<'w, 'x, D> {
+        type W = Q8Row<'w>;
+        type X = Int8Row<'x>;
+
+        #[inline(always)]
+        fn tile<const RR: usize, const M: usize>(
+            self,
+            simd: V3,
+            rows: &[Q8Row<'w>; RR],
+            xs: &[Int8Row<'x>; M],
+            blocks: usize,
+        ) -> [[f32; M]; RR] {
+            tile_grouped(simd, self.0, rows, xs, blocks)
+        }
+    }
+
+    /// [`tile_int8`]'s products for rows stored in groups of 8 blocks, `x` rounded and
+    /// interleaved the same way: each integer multiply-add of a group's unit adds 4 products
+    /// of each block into that block's own lane, so after the group's 8 units lane `j` holds
+    /// block `j`'s exact sum, and one multiply-add a group (`sums · scales · steps`, 8 blocks
+    /// a vector) scales them into f32 where the per-block layout takes one a block. The
+    /// blocks after the last whole group go as in [`tile_int8`]. A row's operations do not
+    /// depend on the tile, and its bits not on `D` (exact integer sums).
+    #[allow(clippy::needless_range_loop)]
+    #[inline(always)]
+    fn tile_grouped<D: IntDot, const RR: usize, const M: usize>(
+        simd: V3,
+        dot: D,
+        rows: &[Q8Row<'_>; RR],
+        xs: &[Int8Row<'_>; M],
+        blocks: usize,
+    ) -> [[f32; M]; RR] {
+        let zero = simd.splat_f32x8(0.0);
+        let zero_i = simd.avx._mm256_setzero_si256();
+        let ahead = PREFETCH_AHEAD_BYTES / <Q8Row<'_> as Row>::PANEL_BLOCK_BYTES;
+        let mut acc = [[zero; M]; RR];
+        let groups = blocks / GROUP;
+        for g in 0..groups {
+            let mut start = [zero_i; M];
+            if D::BIASED {
+                for i in 0..M {
+                    start[i] = cast(xs[i].group_offsets[g]);
+                }
+            }
+            let mut sums = [start; RR];
+            let mut units = [rows[0].group(g); RR];
+            for r in 1..RR {
+                units[r] = rows[r].group(g);
+            }
+            let mut x_units = [&[[0i8; BLOCK]; GROUP]; M];
+            for i in 0..M {
+                x_units[i] = &xs[i].quants.as_chunks::<GROUP>().0[g];
+            }
+            // A trip count the compiler cannot see: unrolled whole, the 8 units' loads of `x`
+            // were all hoisted to the top of the group and spilled.
+            for t in 0..std::hint::black_box(GROUP) {
+                let b = g * GROUP + t;
+                for r in (0..RR).step_by(PANEL) {
+                    rows[r].prefetch(simd, b + ahead);
+                }
+                for r in 0..RR {
+                    let unit = dot.unit(simd, cast(units[r][t * PANEL + rows[r].lane]));
+                    for i in 0..M {
+                        let x: __m256i = cast(x_units[i][t]);
+                        sums[r][i] = dot.group_dot(simd, sums[r][i], unit, x);
+                    }
+                }
+            }
+            for r in 0..RR {
+                let scales = rows[r].group_scales(g);
+                for i in 0..M {
+                    let steps: f32x8 = cast(xs[i].steps.as_chunks::<GROUP>().0[g]);
+                    acc[r][i] = simd.mul_add_f32x8(
+                        simd.convert_i32x8_to_f32x8(cast(sums[r][i])),
+                        simd.mul_f32x8(scales, steps),
+                        acc[r][i],
+                    );
+                }
+            }
+        }
+        for b in groups * GROUP..blocks {
+            for r in (0..RR).step_by(PANEL) {
+                rows[r].prefetch(simd, b + ahead);
+            }
+            for r in 0..RR {
+                let (stored, scale) = rows[r].block(simd, b);
+                let scale = simd.splat_f32x8(scale);
+                let quants = unbiased(simd, stored);
+                let unsigned = simd.avx2._mm256_abs_epi8(quants);
+                for i in 0..M {
+                    let x: __m256i = cast(xs[i].quants[b]);
+                    let signed = simd.avx2._mm256_sign_epi8(x, quants);
+                    let sums: i32x8 = cast(dot.dot(simd, zero_i, unsigned, signed));
+                    let step = simd.splat_f32x8(xs[i].steps[b]);
+                    acc[r][i] = simd.mul_add_f32x8(
+                        simd.convert_i32x8_to_f32x8(sums),
+                        simd.mul_f32x8(scale, step),
+                        acc[r][i],
+                    );
+                }
+            }
+        }
+        let mut out = [[0.0f32; M]; RR];
+        for r in 0..RR {
+            for i in 0..M {
+                out[r][i] = simd.reduce_sum_f32s(acc[r][i]);
             }
         }
         out
@@ -969,6 +1222,9 @@ mod imp {
                     };
                     integer_sweep(simd, tall, row, rows, x, int8, blocks, m, outs);
                 }
+                Storage::Q8_0Groups { .. } => {
+                    grouped_sweep(simd, PairSums, mat, rows, x, int8, m, outs);
+                }
                 Storage::Q4 { quants, params } => {
                     let quants: &[[u64; 2]] = cast_slice(quants);
                     let row = |r: usize| Q4Row {
@@ -1069,6 +1325,77 @@ mod imp {
         }
     }
 
+    /// [`Storage::Q8_0Groups`] against the int8 rows of `x`, interleaved as its weights
+    /// ([`QuantizedRows::grouped`]); `matmul_with` always rounds and interleaves `x` for this
+    /// layout on the SIMD path, and without them the portable loop multiplies `x` as given.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn grouped_sweep<D: IntDot>(
+        simd: V3,
+        dot: D,
+        mat: &PackedMatrix,
+        rows: Range<usize>,
+        x: &[[f32x8; 4]],
+        int8: Option<&QuantizedRows>,
+        m: usize,
+        outs: &mut [&mut [f32]],
+    ) {
+        let blocks = mat.padded_cols() / BLOCK;
+        let (Storage::Q8_0Groups { quants, scales }, Some(q)) = (&mat.storage, int8) else {
+            return crate::scalar::run(mat, rows, cast_slice(x), m, outs);
+        };
+        if q.grouped.len() != q.quants.len() || q.group_offsets.len() * GROUP > q.quants.len() {
+            return crate::scalar::run(mat, rows, &q.dequantize(), m, outs);
+        }
+        let quants: &[[u64; 4]] = cast_slice(quants);
+        let row = |r: usize| Q8Row {
+            quants: panel(quants, r, blocks),
+            scales: panel(scales, r, blocks),
+            lane: r % PANEL,
+        };
+        let groups = blocks / GROUP;
+        let x_row = move |i: usize| Int8Row {
+            quants: &q.grouped[i * blocks..(i + 1) * blocks],
+            group_offsets: &q.group_offsets[i * groups..(i + 1) * groups],
+            ..int8_row(q, blocks)(i)
+        };
+        sweep(
+            simd,
+            false,
+            Grouped(dot, PhantomData),
+            row,
+            rows,
+            x_row,
+            blocks,
+            m,
+            outs,
+        );
+    }
+
+    /// [`grouped_sweep`] with `vpdpbusd`, run inside [`V4Vnni`].
+    struct VnniJob<'a, 'b> {
+        simd: V3,
+        vnni: Vnni,
+        mat: &'a PackedMatrix,
+        rows: Range<usize>,
+        x: &'a [f32],
+        int8: Option<&'a QuantizedRows>,
+        m: usize,
+        outs: &'a mut [&'b mut [f32]],
+    }
+
+    impl NullaryFnOnce for VnniJob<'_, '_> {
+        type Output = ();
+
+        #[inline(always)]
+        fn call(self) {
+            let x: &[[f32x8; 4]] = cast_slice(self.x);
+            grouped_sweep(
+                self.simd, self.vnni, self.mat, self.rows, x, self.int8, self.m, self.outs,
+            );
+        }
+    }
+
     /// Weights widened to f32 against the f32 rows of `x`.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
@@ -1107,6 +1434,7 @@ mod imp {
                 .half_sums
                 .get(i * blocks / 8..(i + 1) * blocks / 8)
                 .unwrap_or(&[]),
+            group_offsets: &[],
         }
     }
 
@@ -1173,7 +1501,10 @@ mod imp {
             Storage::F32(_) | Storage::Bf16(_) => m >= 3 && x_bytes >= TALL_X_BYTES,
             Storage::Q4 { .. } => m >= 3,
             Storage::Q8_0 { .. } => !int8 && m >= 16,
-            Storage::Q4A8 { .. } | Storage::Q4K { .. } | Storage::Q6K { .. } => false,
+            Storage::Q8_0Groups { .. }
+            | Storage::Q4A8 { .. }
+            | Storage::Q4K { .. }
+            | Storage::Q6K { .. } => false,
         }
     }
 
@@ -1195,6 +1526,25 @@ mod imp {
         avx512: bool,
     ) {
         let tall = tall_tiles(mat, int8.is_some(), m);
+        let grouped = matches!(mat.storage, Storage::Q8_0Groups { .. });
+        if let (true, true, Some(context), Some(vnni), Some(simd)) = (
+            avx512,
+            grouped,
+            V4Vnni::try_new(),
+            Avx512vnni::try_new(),
+            V3::try_new(),
+        ) {
+            return context.vectorize(VnniJob {
+                simd,
+                vnni: Vnni(vnni),
+                mat,
+                rows,
+                x,
+                int8,
+                m,
+                outs,
+            });
+        }
         if let Some(v4) = V4::try_new().filter(|_| avx512 && (int8.is_some() || tall)) {
             return v4.vectorize(Job {
                 simd: *v4,

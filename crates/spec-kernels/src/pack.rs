@@ -34,6 +34,34 @@ fn place_row<T: Copy>(out: &mut [T], r: usize, row: &[T], blocks: usize, unit: u
     }
 }
 
+/// Blocks a group of [`Storage::Q8_0Groups`]: one 256-bit vector holds 4 quants of each.
+pub(crate) const GROUP: usize = 8;
+
+/// Where quant `k` of block `b` of a row of [`Storage::Q8_0Groups`] lies among the row's units
+/// of 32 bytes (placed in the panels as blocks are): `(unit, byte)`. In each whole group of
+/// [`GROUP`] blocks, unit `t` holds quants `4 t .. 4 t + 4` of every block of the group, block
+/// after block; the blocks after the last whole group keep their own units.
+pub(crate) fn grouped_byte(b: usize, k: usize, blocks: usize) -> (usize, usize) {
+    if b < blocks / GROUP * GROUP {
+        (b / GROUP * GROUP + k / 4, 4 * (b % GROUP) + k % 4)
+    } else {
+        (b, k)
+    }
+}
+
+/// Where the scale of block `b` of row `r` lies in [`Storage::Q8_0Groups`]' scales: a whole
+/// group's [`GROUP`] scales of a row follow each other (the panel's first row's, then the
+/// second's, in the places of the group's blocks), so a tile reads them as one vector.
+pub(crate) fn grouped_scale_index(r: usize, b: usize, blocks: usize) -> usize {
+    if b < blocks / GROUP * GROUP {
+        let lane = r % PANEL;
+        let first = block_index(r, b / GROUP * GROUP, blocks) - lane;
+        first + GROUP * lane + b % GROUP
+    } else {
+        block_index(r, b, blocks)
+    }
+}
+
 /// Zeros after a Q4 matrix's minimums, so that any row's minimums can be read in whole vectors
 /// of 8 (see [`Storage::Q4A8`]).
 pub(crate) const MINS_TAIL: usize = 8;
@@ -216,6 +244,17 @@ pub(crate) enum Storage {
         quants: Vec<u64>,
         scales: Vec<f32>,
     },
+    /// [`WeightFormat::Q8_0A8`]: Q8_0's quants and scales, but in each run of [`GROUP`] blocks
+    /// of a row a 32-byte unit holds 4 quants of each of the 8 blocks ([`grouped_byte`]) and
+    /// the row's 8 scales lie together ([`grouped_scale_index`]), so that one integer
+    /// multiply-add of 4 bytes a lane sums 8 blocks at once, each in its own lane, and a
+    /// group's sums are scaled into f32 with one multiply-add instead of one a block. Quants
+    /// are stored plus 128, as unsigned bytes (`q ^ 0x80`), which `vpdpbusd` multiplies by the
+    /// signed `x` directly (see `QuantizedRows::group_offsets`).
+    Q8_0Groups {
+        quants: Vec<u64>,
+        scales: Vec<f32>,
+    },
     /// `padded_cols / 16` words and `padded_cols / 32` `[scale, min]` pairs a row; byte `l` of
     /// word `h` of a block holds weight `8 h + l` in its low nibble and `16 + 8 h + l` in its
     /// high one, so a zero-extending load of a word gives two vectors of 8 consecutive weights
@@ -352,7 +391,31 @@ impl PackedMatrix {
                 }
                 Storage::Bf16(out)
             }
-            WeightFormat::Q8_0 | WeightFormat::Q8_0A8 => {
+            WeightFormat::Q8_0A8 => {
+                let mut quants = vec![0u64; panel_rows * padded_cols / 8];
+                let mut scales = vec![0.0f32; panel_rows * blocks];
+                let mut bytes = vec![0u8; padded_cols];
+                let mut words = Vec::with_capacity(padded_cols / 8);
+                for r in 0..rows {
+                    for (b, block) in padded_row(r).chunks_exact(BLOCK).enumerate() {
+                        let (scale, q) = quantize_block(block);
+                        scales[grouped_scale_index(r, b, blocks)] = scale;
+                        for (k, &q) in q.iter().enumerate() {
+                            let (unit, byte) = grouped_byte(b, k, blocks);
+                            bytes[unit * BLOCK + byte] = q as u8 ^ 0x80;
+                        }
+                    }
+                    words.clear();
+                    words.extend(
+                        bytes
+                            .chunks_exact(8)
+                            .map(|eight| u64::from_le_bytes(std::array::from_fn(|l| eight[l]))),
+                    );
+                    place_row(&mut quants, r, &words, blocks, BLOCK / 8);
+                }
+                Storage::Q8_0Groups { quants, scales }
+            }
+            WeightFormat::Q8_0 => {
                 let mut quants = vec![0u64; panel_rows * padded_cols / 8];
                 let mut scales = vec![0.0f32; panel_rows * blocks];
                 let mut row_quants = Vec::with_capacity(padded_cols / 8);
@@ -527,7 +590,9 @@ impl PackedMatrix {
         match &self.storage {
             Storage::F32(w) => w.len() * 4,
             Storage::Bf16(w) => w.len() * 4,
-            Storage::Q8_0 { quants, scales } => quants.len() * 8 + scales.len() * 4,
+            Storage::Q8_0 { quants, scales } | Storage::Q8_0Groups { quants, scales } => {
+                quants.len() * 8 + scales.len() * 4
+            }
             Storage::Q4 { quants, params } => quants.len() * 8 + params.len() * 8,
             Storage::Q4A8 {
                 quants,
@@ -588,7 +653,7 @@ impl PackedMatrix {
         for (dst, src) in padded.chunks_exact_mut(kp).zip(x.chunks_exact(k.max(1))) {
             dst[..k].copy_from_slice(src);
         }
-        let rounded = QuantizedRows::new(&padded, kp, self.activation_group()).dequantize();
+        let rounded = QuantizedRows::new(&padded, kp, self.activation_group(), false).dequantize();
         rounded
             .chunks_exact(kp)
             .flat_map(|row| row[..k].iter().copied())
@@ -650,11 +715,12 @@ impl PackedMatrix {
         };
         // The *A8 formats multiply x rounded to int8; the portable loop multiplies the same
         // rounded values as f32.
+        let simd = exec.isa != Isa::Scalar && avx2::available();
+        let interleave = simd && matches!(self.storage, Storage::Q8_0Groups { .. });
         let int8 = self
             .format
             .rounds_activations()
-            .then(|| QuantizedRows::new(xs, kp, self.activation_group()));
-        let simd = exec.isa != Isa::Scalar && avx2::available();
+            .then(|| QuantizedRows::new(xs, kp, self.activation_group(), interleave));
         // `Isa::Avx2` keeps the 16-register build; the kernel decides where AVX-512 pays.
         let avx512 = exec.isa == Isa::Auto;
         // The SIMD path reads `int8` itself; only the portable loop needs the rounded f32 copy.

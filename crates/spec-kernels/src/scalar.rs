@@ -2,7 +2,7 @@
 
 use std::ops::Range;
 
-use crate::pack::{BLOCK, PackedMatrix, Storage, block_index};
+use crate::pack::{BLOCK, PackedMatrix, Storage, block_index, grouped_byte, grouped_scale_index};
 
 /// Writes weight row `r` (all `padded_cols` of it) as f32 into `out`.
 pub(crate) fn dequantize_row(mat: &PackedMatrix, r: usize, out: &mut [f32]) {
@@ -29,6 +29,14 @@ pub(crate) fn dequantize_row(mat: &PackedMatrix, r: usize, out: &mut [f32]) {
                     for (o, q) in out.iter_mut().zip(word.to_le_bytes()) {
                         *o = f32::from(q as i8) * scale;
                     }
+                }
+            }
+            Storage::Q8_0Groups { quants, scales } => {
+                let scale = scales[grouped_scale_index(r, b, blocks)];
+                for (k, o) in out.iter_mut().enumerate() {
+                    let (unit, byte) = grouped_byte(b, k, blocks);
+                    let word = quants[block_index(r, unit, blocks) * 4 + byte / 8];
+                    *o = f32::from((word.to_le_bytes()[byte % 8] ^ 0x80) as i8) * scale;
                 }
             }
             Storage::Q4 { quants, params } => {

@@ -276,7 +276,7 @@ proptest! {
     fn matches_reference_on_random_shapes(
         m in 1usize..=16,
         n in 1usize..80,
-        k in 1usize..200,
+        k in 1usize..600,
         seed in any::<u64>(),
     ) {
         run_case(m, n, k, seed)?;
