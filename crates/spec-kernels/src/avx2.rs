@@ -243,8 +243,8 @@ mod imp {
     /// A row of Q4_K superblocks kept as they are (see `Storage::Q4K`).
     #[derive(Clone, Copy)]
     struct Q4KRow<'a> {
-        /// A block's quants as two words of 16 nibbles (as `Q4Row`'s).
-        quants: &'a [[u64; 2]],
+        /// The panel's grouped nibbles, 32-byte loads (see `Storage::Q4K`).
+        quants: &'a [[u64; 4]],
         /// The panel's superblocks' 6-bit scales (8 bytes a word) and steps.
         scales: &'a [u64],
         steps: &'a [f32],
@@ -775,194 +775,149 @@ mod imp {
         }
     }
 
-    impl<'a> Q8Row<'a> {
-        /// Group `g` of the row's panel, stored as [`Storage::Q8_0Groups`]: unit `t` of this
-        /// row at `t · PANEL + lane`.
+    /// A weight row stored in groups of [`GROUP`] blocks whose 32-byte units hold 4 quants of
+    /// each block of the group (`Storage::Q8_0Groups`, `Q4K`, `Q6K`), for [`tile_grouped`].
+    trait GroupRow: Copy {
+        /// Whether the units hold signed quants stored plus 128 (Q8_0) rather than unsigned
+        /// ones.
+        const SIGNED: bool;
+        /// Runs of a group's units with scales of their own: 1, or 2 for Q6_K (a block's
+        /// halves, units 0..4 and 4..8).
+        const SEGMENTS: usize;
+        /// Asks for the weights a few KB ahead of group `g` of the row's panel (every row of it).
+        fn prefetch(self, simd: V3, g: usize);
+        /// Units `4 q .. 4 q + 4` of group `g`, as bytes.
+        fn quad(self, simd: V3, g: usize, q: usize) -> [__m256i; 4];
+        /// The f32 factor of each block's integer sum in segment `seg` of group `g`.
+        fn scales(self, simd: V3, g: usize, seg: usize) -> f32x8;
+        /// Where the integer sums of segment `seg` of group `g` with `x` start: what the stored
+        /// offsets add, taken off (Q8_0's 128 when `biased`, Q6_K's 32).
+        fn start(simd: V3, x: &Int8Row<'_>, g: usize, seg: usize, biased: bool) -> __m256i;
+        /// Block `b` after the last whole group: its signed quants and scale. Only
+        /// `Q8_0Groups` has such blocks (a superblock is a whole group).
+        fn tail(self, simd: V3, b: usize) -> (__m256i, f32);
+        /// `total` plus the row's minimums times `x`'s block sums (vectors of 8).
+        fn add_mins(self, _simd: V3, _sums: &[f32x8], total: f32x8) -> f32x8 {
+            total
+        }
+    }
+
+    impl GroupRow for Q8Row<'_> {
+        const SIGNED: bool = true;
+        const SEGMENTS: usize = 1;
+
         #[inline(always)]
-        fn group(self, g: usize) -> &'a [[u64; 4]; GROUP * PANEL] {
-            &self.quants.as_chunks::<{ GROUP * PANEL }>().0[g]
+        fn prefetch(self, simd: V3, g: usize) {
+            let ahead = PREFETCH_AHEAD_BYTES / <Self as Row>::PANEL_BLOCK_BYTES;
+            for t in 0..GROUP {
+                Row::prefetch(self, simd, g * GROUP + t + ahead);
+            }
         }
 
-        /// The scales of group `g`'s blocks, stored as [`Storage::Q8_0Groups`].
         #[inline(always)]
-        fn group_scales(self, g: usize) -> f32x8 {
+        fn quad(self, _simd: V3, g: usize, q: usize) -> [__m256i; 4] {
+            let group = &self.quants.as_chunks::<{ GROUP * PANEL }>().0[g];
+            std::array::from_fn(|u| cast(group[(4 * q + u) * PANEL + self.lane]))
+        }
+
+        #[inline(always)]
+        fn scales(self, _simd: V3, g: usize, _seg: usize) -> f32x8 {
             cast(self.scales.as_chunks::<GROUP>().0[g * PANEL + self.lane])
         }
-    }
-
-    /// [`Storage::Q8_0Groups`] against int8 rows of `x` in the same order ([`tile_grouped`]).
-    #[derive(Clone, Copy)]
-    struct Grouped<'w, 'x, D>(D, PhantomData<(&'w (), &'x ())>);
-
-    impl<'w, 'x, D: IntDot> Tiles for Grouped<'w, 'x, D> {
-        type W = Q8Row<'w>;
-        type X = Int8Row<'x>;
 
         #[inline(always)]
-        fn tile<const RR: usize, const M: usize>(
-            self,
-            simd: V3,
-            rows: &[Q8Row<'w>; RR],
-            xs: &[Int8Row<'x>; M],
-            blocks: usize,
-        ) -> [[f32; M]; RR] {
-            tile_grouped(simd, self.0, rows, xs, blocks)
+        fn start(simd: V3, x: &Int8Row<'_>, g: usize, _seg: usize, biased: bool) -> __m256i {
+            if biased {
+                cast(x.group_offsets[g])
+            } else {
+                simd.avx._mm256_setzero_si256()
+            }
+        }
+
+        #[inline(always)]
+        fn tail(self, simd: V3, b: usize) -> (__m256i, f32) {
+            let (stored, scale) = IntRow::block(self, simd, b);
+            (unbiased(simd, stored), scale)
         }
     }
 
-    /// [`tile_int8`]'s products for rows stored in groups of 8 blocks, `x` rounded and
-    /// interleaved the same way: each integer multiply-add of a group's unit adds 4 products
-    /// of each block into that block's own lane, so after the group's 8 units lane `j` holds
-    /// block `j`'s exact sum, and one multiply-add a group (`sums · scales · steps`, 8 blocks
-    /// a vector) scales them into f32 where the per-block layout takes one a block. The
-    /// blocks after the last whole group go as in [`tile_int8`]. A row's operations do not
-    /// depend on the tile, and its bits not on `D` (exact integer sums).
-    #[allow(clippy::needless_range_loop)]
+    /// A 32-byte load of grouped nibbles as its two units: the low nibbles, then the high.
     #[inline(always)]
-    fn tile_grouped<D: IntDot, const RR: usize, const M: usize>(
+    fn nibble_units(simd: V3, load: [u64; 4]) -> [__m256i; 2] {
+        let bytes: __m256i = cast(load);
+        let mask = simd.avx._mm256_set1_epi8(0x0F);
+        [
+            simd.avx2._mm256_and_si256(bytes, mask),
+            simd.avx2
+                ._mm256_and_si256(simd.avx2._mm256_srli_epi16::<4>(bytes), mask),
+        ]
+    }
+
+    /// A superblock's 8 scales (bytes of a word) as f32 times its step.
+    #[inline(always)]
+    fn superblock_scales(simd: V3, word: u64, step: f32, signed: bool) -> f32x8 {
+        let bytes: __m128i = cast([word, 0u64]);
+        let wide = if signed {
+            simd.avx2._mm256_cvtepi8_epi32(bytes)
+        } else {
+            simd.avx2._mm256_cvtepu8_epi32(bytes)
+        };
+        simd.mul_f32x8(
+            simd.convert_i32x8_to_f32x8(cast(wide)),
+            simd.splat_f32x8(step),
+        )
+    }
+
+    /// Asks for the superblock `SUPER_AHEAD` ahead of `s`: `bytes` bytes a superblock of
+    /// `data`, and its scales and steps.
+    #[inline(always)]
+    fn prefetch_superblock<T, S, U>(
         simd: V3,
-        dot: D,
-        rows: &[Q8Row<'_>; RR],
-        xs: &[Int8Row<'_>; M],
-        blocks: usize,
-    ) -> [[f32; M]; RR] {
-        let zero = simd.splat_f32x8(0.0);
-        let zero_i = simd.avx._mm256_setzero_si256();
-        let ahead = PREFETCH_AHEAD_BYTES / <Q8Row<'_> as Row>::PANEL_BLOCK_BYTES;
-        let mut acc = [[zero; M]; RR];
-        let groups = blocks / GROUP;
-        for g in 0..groups {
-            let mut start = [zero_i; M];
-            if D::BIASED {
-                for i in 0..M {
-                    start[i] = cast(xs[i].group_offsets[g]);
-                }
-            }
-            let mut sums = [start; RR];
-            let mut units = [rows[0].group(g); RR];
-            for r in 1..RR {
-                units[r] = rows[r].group(g);
-            }
-            let mut x_units = [&[[0i8; BLOCK]; GROUP]; M];
-            for i in 0..M {
-                x_units[i] = &xs[i].quants.as_chunks::<GROUP>().0[g];
-            }
-            // A trip count the compiler cannot see: unrolled whole, the 8 units' loads of `x`
-            // were all hoisted to the top of the group and spilled.
-            for t in 0..std::hint::black_box(GROUP) {
-                let b = g * GROUP + t;
-                for r in (0..RR).step_by(PANEL) {
-                    rows[r].prefetch(simd, b + ahead);
-                }
-                for r in 0..RR {
-                    let unit = dot.unit(simd, cast(units[r][t * PANEL + rows[r].lane]));
-                    for i in 0..M {
-                        let x: __m256i = cast(x_units[i][t]);
-                        sums[r][i] = dot.group_dot(simd, sums[r][i], unit, x);
-                    }
-                }
-            }
-            for r in 0..RR {
-                let scales = rows[r].group_scales(g);
-                for i in 0..M {
-                    let steps: f32x8 = cast(xs[i].steps.as_chunks::<GROUP>().0[g]);
-                    acc[r][i] = simd.mul_add_f32x8(
-                        simd.convert_i32x8_to_f32x8(cast(sums[r][i])),
-                        simd.mul_f32x8(scales, steps),
-                        acc[r][i],
-                    );
-                }
-            }
-        }
-        for b in groups * GROUP..blocks {
-            for r in (0..RR).step_by(PANEL) {
-                rows[r].prefetch(simd, b + ahead);
-            }
-            for r in 0..RR {
-                let (stored, scale) = rows[r].block(simd, b);
-                let scale = simd.splat_f32x8(scale);
-                let quants = unbiased(simd, stored);
-                let unsigned = simd.avx2._mm256_abs_epi8(quants);
-                for i in 0..M {
-                    let x: __m256i = cast(xs[i].quants[b]);
-                    let signed = simd.avx2._mm256_sign_epi8(x, quants);
-                    let sums: i32x8 = cast(dot.dot(simd, zero_i, unsigned, signed));
-                    let step = simd.splat_f32x8(xs[i].steps[b]);
-                    acc[r][i] = simd.mul_add_f32x8(
-                        simd.convert_i32x8_to_f32x8(sums),
-                        simd.mul_f32x8(scale, step),
-                        acc[r][i],
-                    );
-                }
-            }
-        }
-        let mut out = [[0.0f32; M]; RR];
-        for r in 0..RR {
-            for i in 0..M {
-                out[r][i] = simd.reduce_sum_f32s(acc[r][i]);
-            }
-        }
-        out
+        data: &[T],
+        bytes: usize,
+        scales: &[S],
+        steps: &[U],
+        s: usize,
+    ) {
+        let ahead = (s + SUPER_AHEAD) * bytes;
+        prefetch_lines(simd, data.as_ptr().cast::<u8>().wrapping_add(ahead), bytes);
+        let side = (s + SUPER_AHEAD) * PANEL;
+        prefetch_lines(simd, scales.as_ptr().wrapping_add(side).cast(), 1);
+        prefetch_lines(simd, steps.as_ptr().wrapping_add(side).cast(), 1);
     }
 
-    /// A weight row of superblocks kept as they are (Q4_K, Q6_K), for [`tile_super`].
-    trait SuperRow: Copy {
-        /// What [`SuperRow::quants`] reads of one superblock.
-        type Super: Copy;
-        /// Whether the quants are offset by 32 (Q6_K's `q − 32`).
-        const OFFSET_32: bool;
-        /// Superblock `s`: its blocks, its scales as 16-bit lanes (lanes 0..8 the scales of
-        /// each block's first 16 weights, lanes 8..16 of its last 16; picked for block `j` by
-        /// shuffling bytes `2j`, `2j + 1` of each half) and its step.
-        fn superblock(self, simd: V3, s: usize) -> (Self::Super, __m256i, f32);
-        /// Block `j` of a superblock: its 32 quants, as unsigned bytes in order.
-        fn quants(simd: V3, sup: Self::Super, j: usize) -> __m256i;
-        /// Asks for superblock `s` of this row's panel.
-        fn prefetch(self, simd: V3, s: usize);
-        /// `total` plus the row's minimums times `x`'s block sums (`sums`, vectors of 8).
-        fn add_mins(self, simd: V3, sums: &[f32x8], total: f32x8) -> f32x8;
-    }
-
-    /// A superblock's nibbles (and, for Q6_K, high bits) in the panel, and the row's lane.
-    #[derive(Clone, Copy)]
-    struct Q4KSuper<'a>(&'a [[u64; 2]; 8 * PANEL], usize);
-
-    impl<'a> SuperRow for Q4KRow<'a> {
-        type Super = Q4KSuper<'a>;
-        const OFFSET_32: bool = false;
-
-        #[inline(always)]
-        fn superblock(self, simd: V3, s: usize) -> (Self::Super, __m256i, f32) {
-            let at = s * PANEL + self.lane;
-            // Both halves of a block share its scale: the 8 scales in both 128-bit halves.
-            let bytes: __m128i = cast([self.scales[at], 0u64]);
-            let wide = simd.sse4_1._mm_cvtepu8_epi16(bytes);
-            (
-                Q4KSuper(
-                    &self.quants.as_chunks::<{ 8 * PANEL }>().0[s],
-                    self.lane % PANEL,
-                ),
-                simd.avx2._mm256_broadcastsi128_si256(wide),
-                self.steps[at],
-            )
-        }
-
-        #[inline(always)]
-        fn quants(simd: V3, sup: Self::Super, j: usize) -> __m256i {
-            unpack_nibbles(simd, sup.0[j * PANEL + sup.1])
-        }
+    impl GroupRow for Q4KRow<'_> {
+        const SIGNED: bool = false;
+        const SEGMENTS: usize = 1;
 
         #[inline(always)]
         fn prefetch(self, simd: V3, s: usize) {
-            let ahead = (s * 8 * PANEL).wrapping_add(SUPER_AHEAD * 8 * PANEL);
-            prefetch_lines(
-                simd,
-                self.quants.as_ptr().wrapping_add(ahead).cast(),
-                8 * PANEL * 16,
-            );
-            let side = (s + SUPER_AHEAD) * PANEL;
-            prefetch_lines(simd, self.scales.as_ptr().wrapping_add(side).cast(), 1);
-            prefetch_lines(simd, self.steps.as_ptr().wrapping_add(side).cast(), 1);
+            let bytes = 4 * PANEL * 32;
+            prefetch_superblock(simd, self.quants, bytes, self.scales, self.steps, s);
+        }
+
+        #[inline(always)]
+        fn quad(self, simd: V3, s: usize, q: usize) -> [__m256i; 4] {
+            let loads = &self.quants.as_chunks::<{ 4 * PANEL }>().0[s];
+            let [a, b] = nibble_units(simd, loads[2 * q * PANEL + self.lane]);
+            let [c, d] = nibble_units(simd, loads[(2 * q + 1) * PANEL + self.lane]);
+            [a, b, c, d]
+        }
+
+        #[inline(always)]
+        fn scales(self, simd: V3, s: usize, _seg: usize) -> f32x8 {
+            let at = s * PANEL + self.lane;
+            superblock_scales(simd, self.scales[at], self.steps[at], false)
+        }
+
+        #[inline(always)]
+        fn start(simd: V3, _x: &Int8Row<'_>, _s: usize, _seg: usize, _biased: bool) -> __m256i {
+            simd.avx._mm256_setzero_si256()
+        }
+
+        #[inline(always)]
+        fn tail(self, simd: V3, _b: usize) -> (__m256i, f32) {
+            (simd.avx._mm256_setzero_si256(), 0.0)
         }
 
         /// A superblock's 8 minimums are one word of bytes: widened, converted and scaled by
@@ -982,93 +937,86 @@ mod imp {
     /// A row of Q6_K superblocks kept as they are (see `Storage::Q6K`).
     #[derive(Clone, Copy)]
     struct Q6KRow<'a> {
-        lows: &'a [[u64; 2]],
-        highs: &'a [u64],
+        /// The panel's grouped low nibbles and high bits, 32-byte loads.
+        lows: &'a [[u64; 4]],
+        highs: &'a [[u64; 4]],
         scales: &'a [[u64; 2]],
         steps: &'a [f32],
         lane: usize,
     }
 
-    #[derive(Clone, Copy)]
-    struct Q6KSuper<'a> {
-        lows: &'a [[u64; 2]; 8 * PANEL],
-        highs: &'a [u64; 8 * PANEL],
-        lane: usize,
-    }
-
-    impl<'a> SuperRow for Q6KRow<'a> {
-        type Super = Q6KSuper<'a>;
-        const OFFSET_32: bool = true;
+    impl GroupRow for Q6KRow<'_> {
+        const SIGNED: bool = false;
+        const SEGMENTS: usize = 2;
 
         #[inline(always)]
-        fn superblock(self, simd: V3, s: usize) -> (Self::Super, __m256i, f32) {
+        fn prefetch(self, simd: V3, s: usize) {
+            prefetch_superblock(simd, self.lows, 4 * PANEL * 32, self.scales, self.steps, s);
+            let ahead = (s + SUPER_AHEAD) * 2 * PANEL;
+            prefetch_lines(
+                simd,
+                self.highs.as_ptr().wrapping_add(ahead).cast(),
+                2 * PANEL * 32,
+            );
+        }
+
+        /// Units `4 q .. 4 q + 4`: the nibbles of loads `2 q` and `2 q + 1`, and unit `4 q + f`'s
+        /// high bits from bits `2 f` of high load `q`, moved to bits 4 and 5.
+        #[inline(always)]
+        fn quad(self, simd: V3, s: usize, q: usize) -> [__m256i; 4] {
+            let lows = &self.lows.as_chunks::<{ 4 * PANEL }>().0[s];
+            let [a, b] = nibble_units(simd, lows[2 * q * PANEL + self.lane]);
+            let [c, d] = nibble_units(simd, lows[(2 * q + 1) * PANEL + self.lane]);
+            let highs: __m256i =
+                cast(self.highs.as_chunks::<{ 2 * PANEL }>().0[s][q * PANEL + self.lane]);
+            let mask = simd.avx._mm256_set1_epi8(0x30);
+            let field = |moved: __m256i| simd.avx2._mm256_and_si256(moved, mask);
+            let high = [
+                field(simd.avx2._mm256_slli_epi16::<4>(highs)),
+                field(simd.avx2._mm256_slli_epi16::<2>(highs)),
+                field(highs),
+                field(simd.avx2._mm256_srli_epi16::<2>(highs)),
+            ];
+            let mut units = [a, b, c, d];
+            for (unit, high) in units.iter_mut().zip(high) {
+                *unit = simd.avx2._mm256_or_si256(*unit, high);
+            }
+            units
+        }
+
+        #[inline(always)]
+        fn scales(self, simd: V3, s: usize, seg: usize) -> f32x8 {
             let at = s * PANEL + self.lane;
-            // The even sub-blocks' scales (each block's first 16 weights) to the low half,
-            // the odd ones' to the high half, sign-extended.
-            let bytes: __m128i = cast(self.scales[at]);
-            (
-                Q6KSuper {
-                    lows: &self.lows.as_chunks::<{ 8 * PANEL }>().0[s],
-                    highs: &self.highs.as_chunks::<{ 8 * PANEL }>().0[s],
-                    lane: self.lane % PANEL,
-                },
-                simd.avx2._mm256_cvtepi8_epi16(bytes),
-                self.steps[at],
+            superblock_scales(simd, self.scales[at][seg], self.steps[at], true)
+        }
+
+        /// `−32 · Σ q` of `x` over each block's half `seg` (the quants are stored plus 32).
+        #[inline(always)]
+        fn start(simd: V3, x: &Int8Row<'_>, s: usize, seg: usize, _biased: bool) -> __m256i {
+            let halves: __m128i = cast(x.half_sums[s].as_chunks::<8>().0[seg]);
+            let sums = simd.avx2._mm256_cvtepi16_epi32(halves);
+            simd.avx2._mm256_sub_epi32(
+                simd.avx._mm256_setzero_si256(),
+                simd.avx2._mm256_slli_epi32::<5>(sums),
             )
         }
 
         #[inline(always)]
-        fn quants(simd: V3, sup: Self::Super, j: usize) -> __m256i {
-            let at = j * PANEL + sup.lane;
-            let low = unpack_nibbles(simd, sup.lows[at]);
-            // Byte b of the word holds the high bits of weights b, 8 + b, 16 + b, 24 + b at
-            // bits 0, 2, 4, 6: quarter q of the vector shifts its copy by 2q.
-            let word = simd.avx._mm256_set1_epi64x(sup.highs[at] as i64);
-            let shifted = simd
-                .avx2
-                ._mm256_srlv_epi64(word, simd.avx._mm256_set_epi64x(6, 4, 2, 0));
-            let high = simd
-                .avx2
-                ._mm256_and_si256(shifted, simd.avx._mm256_set1_epi8(3));
-            simd.avx2
-                ._mm256_or_si256(low, simd.avx2._mm256_slli_epi16::<4>(high))
-        }
-
-        #[inline(always)]
-        fn prefetch(self, simd: V3, s: usize) {
-            let ahead = (s + SUPER_AHEAD) * 8 * PANEL;
-            prefetch_lines(
-                simd,
-                self.lows.as_ptr().wrapping_add(ahead).cast(),
-                8 * PANEL * 16,
-            );
-            prefetch_lines(
-                simd,
-                self.highs.as_ptr().wrapping_add(ahead).cast(),
-                8 * PANEL * 8,
-            );
-            let side = (s + SUPER_AHEAD) * PANEL;
-            prefetch_lines(simd, self.scales.as_ptr().wrapping_add(side).cast(), 1);
-            prefetch_lines(simd, self.steps.as_ptr().wrapping_add(side).cast(), 1);
-        }
-
-        #[inline(always)]
-        fn add_mins(self, _simd: V3, _sums: &[f32x8], total: f32x8) -> f32x8 {
-            total
+        fn tail(self, simd: V3, _b: usize) -> (__m256i, f32) {
+            (simd.avx._mm256_setzero_si256(), 0.0)
         }
     }
 
     /// How many superblocks ahead a tile asks for its panels' weights: 4 KB of nibbles.
-    const SUPER_AHEAD: usize = PREFETCH_AHEAD_BYTES / (8 * PANEL * 16);
+    const SUPER_AHEAD: usize = PREFETCH_AHEAD_BYTES / (4 * PANEL * 32);
 
-    /// Superblocks kept as they are against int8 rows of `x` ([`tile_super`]).
+    /// Grouped rows against int8 rows of `x` interleaved the same way ([`tile_grouped`]).
     #[derive(Clone, Copy)]
-    struct SuperInt8<'x, W>(PhantomData<(&'x (), W)>);
+    struct Grouped<'x, W, D>(D, PhantomData<(&'x (), W)>);
 
-    impl<'x, W: SuperRow> Tiles for SuperInt8<'x, W> {
+    impl<'x, W: GroupRow, D: IntDot> Tiles for Grouped<'x, W, D> {
         type W = W;
         type X = Int8Row<'x>;
-        const TWO_PANELS_FOR_TWO_ROWS: bool = true;
 
         #[inline(always)]
         fn tile<const RR: usize, const M: usize>(
@@ -1078,24 +1026,24 @@ mod imp {
             xs: &[Int8Row<'x>; M],
             blocks: usize,
         ) -> [[f32; M]; RR] {
-            tile_super(simd, rows, xs, blocks)
+            tile_grouped(simd, self.0, rows, xs, blocks)
         }
     }
 
-    /// [`tile_int8`]'s arithmetic for superblocks against `x` rounded with one step a
-    /// superblock (as llama.cpp's Q8_K): per row a superblock's scales are widened to 16 bits
-    /// once; each block's pair sums are multiplied by its scales in the integer multiply-add
-    /// that sums them (`vpmaddwd`, the scales picked out with a byte shuffle) and added up in
-    /// integers over the superblock (Q6_K's offset of 32 taken off there, against `x`'s sums
-    /// of 16); once a superblock, the superblock's step times `x`'s scales the sum into the
-    /// f32 accumulator. A lane adds 4 weights of each of 8 blocks: at most 8 · 4 · 63 · 15 ·
-    /// 127 in magnitude for Q4_K (exact in f32), 8 · 4 · 127 · 63 · 127 for Q6_K (exact in
-    /// i32, rounded once into f32). Q4_K's minimums enter once a row, as for `q4-a8`'s
-    /// per-block layout.
+    /// The dot products of grouped integer weight rows with int8 rows of `x` interleaved the
+    /// same way ([`QuantizedRows::grouped`]): each integer multiply-add of a unit adds 4
+    /// products of each block of the group into that block's own lane, so after a segment's
+    /// units lane `j` holds block `j`'s exact sum (Q4_K: `Σ q · q_x`; Q6_K and, with
+    /// `vpdpbusd`, Q8_0 from a start that takes the stored offset off), and one multiply-add a
+    /// segment, 8 blocks a vector, scales them into f32 (`sums · scales · steps`) where a
+    /// per-block layout takes one a block. Q8_0's blocks after the last whole group go one at
+    /// a time. A row's operations do not depend on the tile, and its bits not on `D` (exact
+    /// integer sums).
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
-    fn tile_super<W: SuperRow, const RR: usize, const M: usize>(
+    fn tile_grouped<W: GroupRow, D: IntDot, const RR: usize, const M: usize>(
         simd: V3,
+        dot: D,
         rows: &[W; RR],
         xs: &[Int8Row<'_>; M],
         blocks: usize,
@@ -1103,51 +1051,78 @@ mod imp {
         let zero = simd.splat_f32x8(0.0);
         let zero_i = simd.avx._mm256_setzero_si256();
         let mut acc = [[zero; M]; RR];
-        for s in 0..blocks / 8 {
+        let groups = blocks / GROUP;
+        let quads = 2 / W::SEGMENTS;
+        for g in 0..groups {
             for r in (0..RR).step_by(PANEL) {
-                rows[r].prefetch(simd, s);
+                rows[r].prefetch(simd, g);
             }
-            let (first, _, _) = rows[0].superblock(simd, s);
-            let mut supers = [first; RR];
-            let mut scales = [zero_i; RR];
-            let mut steps = [0.0f32; RR];
-            for r in 0..RR {
-                (supers[r], scales[r], steps[r]) = rows[r].superblock(simd, s);
-            }
-            let mut x_quants = [&[[0i8; BLOCK]; 8]; M];
+            let mut x_units = [&[[0i8; BLOCK]; GROUP]; M];
             for i in 0..M {
-                x_quants[i] = &xs[i].quants.as_chunks::<8>().0[s];
+                x_units[i] = &xs[i].quants.as_chunks::<GROUP>().0[g];
             }
-            let mut sums = [[zero_i; M]; RR];
-            for j in 0..8 {
-                // Bytes 2j, 2j + 1 of each half: block j's 16-bit scales in every lane.
-                let pick = simd
-                    .avx
-                    ._mm256_set1_epi16(i16::from_le_bytes([2 * j as u8, 2 * j as u8 + 1]));
+            for seg in 0..W::SEGMENTS {
+                let mut sums = [[zero_i; M]; RR];
+                for i in 0..M {
+                    let start = W::start(simd, &xs[i], g, seg, D::BIASED);
+                    for r in 0..RR {
+                        sums[r][i] = start;
+                    }
+                }
+                // A trip count the compiler cannot see: unrolled whole, a group's loads of
+                // `x` were all hoisted to its top and spilled.
+                for quad in 0..std::hint::black_box(quads) {
+                    let q = seg * quads + quad;
+                    for r in 0..RR {
+                        let units = rows[r].quad(simd, g, q);
+                        for (u, &unit) in units.iter().enumerate() {
+                            let t = 4 * q + u;
+                            if W::SIGNED {
+                                let unit = dot.unit(simd, unit);
+                                for i in 0..M {
+                                    let x: __m256i = cast(x_units[i][t]);
+                                    sums[r][i] = dot.group_dot(simd, sums[r][i], unit, x);
+                                }
+                            } else {
+                                for i in 0..M {
+                                    let x: __m256i = cast(x_units[i][t]);
+                                    sums[r][i] = dot.dot(simd, sums[r][i], unit, x);
+                                }
+                            }
+                        }
+                    }
+                }
                 for r in 0..RR {
-                    let q = W::quants(simd, supers[r], j);
-                    let factors = simd.avx2._mm256_shuffle_epi8(scales[r], pick);
+                    let scales = rows[r].scales(simd, g, seg);
                     for i in 0..M {
-                        let x: __m256i = cast(x_quants[i][j]);
-                        let pairs = simd.avx2._mm256_maddubs_epi16(q, x);
-                        let scaled = simd.avx2._mm256_madd_epi16(pairs, factors);
-                        sums[r][i] = simd.avx2._mm256_add_epi32(sums[r][i], scaled);
+                        let steps: f32x8 = cast(xs[i].steps.as_chunks::<GROUP>().0[g]);
+                        acc[r][i] = simd.mul_add_f32x8(
+                            simd.convert_i32x8_to_f32x8(cast(sums[r][i])),
+                            simd.mul_f32x8(scales, steps),
+                            acc[r][i],
+                        );
                     }
                 }
             }
+        }
+        if groups * GROUP < blocks {
+            for r in (0..RR).step_by(PANEL) {
+                rows[r].prefetch(simd, groups);
+            }
+        }
+        for b in groups * GROUP..blocks {
             for r in 0..RR {
+                let (quants, scale) = rows[r].tail(simd, b);
+                let scale = simd.splat_f32x8(scale);
+                let unsigned = simd.avx2._mm256_abs_epi8(quants);
                 for i in 0..M {
-                    let mut total = sums[r][i];
-                    if W::OFFSET_32 {
-                        let halves: __m256i = cast(xs[i].half_sums[s]);
-                        let offset = simd.avx2._mm256_madd_epi16(scales[r], halves);
-                        let offset = simd.avx2._mm256_slli_epi32::<5>(offset);
-                        total = simd.avx2._mm256_sub_epi32(total, offset);
-                    }
-                    let factor = simd.splat_f32x8(steps[r] * xs[i].steps[8 * s]);
+                    let x: __m256i = cast(xs[i].quants[b]);
+                    let signed = simd.avx2._mm256_sign_epi8(x, quants);
+                    let sums: i32x8 = cast(dot.dot(simd, zero_i, unsigned, signed));
+                    let step = simd.splat_f32x8(xs[i].steps[b]);
                     acc[r][i] = simd.mul_add_f32x8(
-                        simd.convert_i32x8_to_f32x8(cast(total)),
-                        factor,
+                        simd.convert_i32x8_to_f32x8(sums),
+                        simd.mul_f32x8(scale, step),
                         acc[r][i],
                     );
                 }
@@ -1251,83 +1226,17 @@ mod imp {
                     };
                     integer_sweep(simd, tall, row, rows, x, int8, blocks, m, outs);
                 }
-                Storage::Q4K {
-                    quants,
-                    scales,
-                    steps,
-                    mins,
-                    neg_min_steps,
-                } => {
-                    let quants: &[[u64; 2]] = cast_slice(quants);
-                    let per_row = blocks / 8;
-                    let row = |r: usize| Q4KRow {
-                        quants: panel(quants, r, blocks),
-                        scales: panel(scales, r, per_row),
-                        steps: panel(steps, r, per_row),
-                        mins: &mins[r * per_row..(r + 1) * per_row],
-                        neg_min_steps: &neg_min_steps[r * per_row..(r + 1) * per_row],
-                        lane: r % PANEL,
-                    };
-                    superblock_sweep(simd, mat, row, rows, x, int8, m, outs);
-                }
-                Storage::Q6K {
-                    lows,
-                    highs,
-                    scales,
-                    steps,
-                } => {
-                    let lows: &[[u64; 2]] = cast_slice(lows);
-                    let per_row = blocks / 8;
-                    let row = |r: usize| Q6KRow {
-                        lows: panel(lows, r, blocks),
-                        highs: panel(highs, r, blocks),
-                        scales: panel(scales, r, per_row),
-                        steps: panel(steps, r, per_row),
-                        lane: r % PANEL,
-                    };
-                    superblock_sweep(simd, mat, row, rows, x, int8, m, outs);
+                Storage::Q4K { .. } | Storage::Q6K { .. } => {
+                    grouped_sweep(simd, PairSums, mat, rows, x, int8, m, outs);
                 }
             }
         }
     }
 
-    /// Superblocks against the int8 rows of `x`. `matmul_with` always rounds `x` for these
-    /// layouts; without the rounded rows the portable loop multiplies `x` as given.
-    #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    fn superblock_sweep<W: SuperRow>(
-        simd: V3,
-        mat: &PackedMatrix,
-        row: impl Fn(usize) -> W,
-        rows: Range<usize>,
-        x: &[[f32x8; 4]],
-        int8: Option<&QuantizedRows>,
-        m: usize,
-        outs: &mut [&mut [f32]],
-    ) {
-        let blocks = mat.padded_cols() / BLOCK;
-        match int8 {
-            Some(q) => {
-                let x_row = int8_row(q, blocks);
-                sweep(
-                    simd,
-                    false,
-                    SuperInt8(PhantomData),
-                    row,
-                    rows,
-                    x_row,
-                    blocks,
-                    m,
-                    outs,
-                );
-            }
-            None => crate::scalar::run(mat, rows, cast_slice(x), m, outs),
-        }
-    }
-
-    /// [`Storage::Q8_0Groups`] against the int8 rows of `x`, interleaved as its weights
-    /// ([`QuantizedRows::grouped`]); `matmul_with` always rounds and interleaves `x` for this
-    /// layout on the SIMD path, and without them the portable loop multiplies `x` as given.
+    /// The grouped layouts (`Storage::Q8_0Groups`, `Q4K`, `Q6K`) against the int8 rows of
+    /// `x`, interleaved as the weights ([`QuantizedRows::grouped`]); `matmul_with` always
+    /// rounds and interleaves `x` for them on the SIMD path, and without that the portable
+    /// loop multiplies `x` as given.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn grouped_sweep<D: IntDot>(
@@ -1341,35 +1250,79 @@ mod imp {
         outs: &mut [&mut [f32]],
     ) {
         let blocks = mat.padded_cols() / BLOCK;
-        let (Storage::Q8_0Groups { quants, scales }, Some(q)) = (&mat.storage, int8) else {
+        let Some(q) = int8 else {
             return crate::scalar::run(mat, rows, cast_slice(x), m, outs);
         };
         if q.grouped.len() != q.quants.len() || q.group_offsets.len() * GROUP > q.quants.len() {
             return crate::scalar::run(mat, rows, &q.dequantize(), m, outs);
         }
-        let quants: &[[u64; 4]] = cast_slice(quants);
-        let row = |r: usize| Q8Row {
-            quants: panel(quants, r, blocks),
-            scales: panel(scales, r, blocks),
-            lane: r % PANEL,
-        };
         let groups = blocks / GROUP;
         let x_row = move |i: usize| Int8Row {
             quants: &q.grouped[i * blocks..(i + 1) * blocks],
             group_offsets: &q.group_offsets[i * groups..(i + 1) * groups],
             ..int8_row(q, blocks)(i)
         };
-        sweep(
-            simd,
-            false,
-            Grouped(dot, PhantomData),
-            row,
-            rows,
-            x_row,
-            blocks,
-            m,
-            outs,
-        );
+        macro_rules! go {
+            ($row:expr) => {
+                sweep(
+                    simd,
+                    false,
+                    Grouped(dot, PhantomData),
+                    $row,
+                    rows,
+                    x_row,
+                    blocks,
+                    m,
+                    outs,
+                )
+            };
+        }
+        match &mat.storage {
+            Storage::Q8_0Groups { quants, scales } => {
+                let quants: &[[u64; 4]] = cast_slice(quants);
+                go!(|r: usize| Q8Row {
+                    quants: panel(quants, r, blocks),
+                    scales: panel(scales, r, blocks),
+                    lane: r % PANEL,
+                })
+            }
+            Storage::Q4K {
+                quants,
+                scales,
+                steps,
+                mins,
+                neg_min_steps,
+            } => {
+                let quants: &[[u64; 4]] = cast_slice(quants);
+                let per_row = groups;
+                go!(|r: usize| Q4KRow {
+                    quants: panel(quants, r, 4 * per_row),
+                    scales: panel(scales, r, per_row),
+                    steps: panel(steps, r, per_row),
+                    mins: &mins[r * per_row..(r + 1) * per_row],
+                    neg_min_steps: &neg_min_steps[r * per_row..(r + 1) * per_row],
+                    lane: r % PANEL,
+                })
+            }
+            Storage::Q6K {
+                lows,
+                highs,
+                scales,
+                steps,
+            } => {
+                let (lows, highs): (&[[u64; 4]], &[[u64; 4]]) =
+                    (cast_slice(lows), cast_slice(highs));
+                let per_row = groups;
+                go!(|r: usize| Q6KRow {
+                    lows: panel(lows, r, 4 * per_row),
+                    highs: panel(highs, r, 2 * per_row),
+                    scales: panel(scales, r, per_row),
+                    steps: panel(steps, r, per_row),
+                    lane: r % PANEL,
+                })
+            }
+            _ => crate::scalar::run(mat, rows, &q.dequantize(), m, outs),
+        }
     }
 
     /// [`grouped_sweep`] with `vpdpbusd`, run inside [`V4Vnni`].
@@ -1526,7 +1479,10 @@ mod imp {
         avx512: bool,
     ) {
         let tall = tall_tiles(mat, int8.is_some(), m);
-        let grouped = matches!(mat.storage, Storage::Q8_0Groups { .. });
+        let grouped = matches!(
+            mat.storage,
+            Storage::Q8_0Groups { .. } | Storage::Q4K { .. } | Storage::Q6K { .. }
+        );
         if let (true, true, Some(context), Some(vnni), Some(simd)) = (
             avx512,
             grouped,

@@ -62,6 +62,38 @@ pub(crate) fn grouped_scale_index(r: usize, b: usize, blocks: usize) -> usize {
     }
 }
 
+/// Where quant `k` of block `j` of a superblock (either format) lies in the superblock's
+/// grouped nibbles ([`Storage::Q4K`], [`Storage::Q6K`]'s `lows`): `(load, byte, high)`, the
+/// 32-byte load of the row's superblock, the byte in it and whether the high nibble. As for
+/// [`grouped_byte`], unit `t` holds quants `4 t .. 4 t + 4` of each of the 8 blocks (byte
+/// `4 j + k % 4`): load `u` holds unit `2 u` in its low nibbles and `2 u + 1` in its high ones.
+pub(crate) fn nibble_place(j: usize, k: usize) -> (usize, usize, bool) {
+    let unit = k / 4;
+    (unit / 2, 4 * j + k % 4, unit % 2 == 1)
+}
+
+/// Where the high 2 bits of quant `k` of block `j` of a Q6_K superblock lie in its `highs`:
+/// `(load, byte, shift)`; load `v` holds units `4 v .. 4 v + 4`, unit `t` at bits
+/// `2 (t % 4)` of byte `4 j + k % 4`.
+pub(crate) fn high_place(j: usize, k: usize) -> (usize, usize, u32) {
+    let unit = k / 4;
+    (unit / 4, 4 * j + k % 4, 2 * (unit % 4) as u32)
+}
+
+/// The word at which 32-byte load `load` of superblock `s` of row `r` starts, for data of
+/// `words_per_block` words a block kept in the panels: a panel's superblock holds its rows'
+/// loads in turn (load 0 of both rows, then load 1, …), so a tile streams them in order.
+pub(crate) fn superblock_load(
+    r: usize,
+    s: usize,
+    load: usize,
+    blocks: usize,
+    words_per_block: usize,
+) -> usize {
+    let lane = r % PANEL;
+    (block_index(r, 8 * s, blocks) - lane) * words_per_block + (load * PANEL + lane) * 4
+}
+
 /// Zeros after a Q4 matrix's minimums, so that any row's minimums can be read in whole vectors
 /// of 8 (see [`Storage::Q4A8`]).
 pub(crate) const MINS_TAIL: usize = 8;
@@ -274,7 +306,10 @@ pub(crate) enum Storage {
         mins: Vec<f32>,
     },
     /// [`WeightFormat::Q4A8`] from [`Q4Superblock`]s, kept as they are (0.59 bytes a weight
-    /// instead of 0.75): the quants as for `Q4`; in the panels (superblocks for blocks) each
+    /// instead of 0.75): the quants in grouped nibbles, a superblock's 8 blocks as 4 loads of
+    /// 32 bytes a row ([`nibble_place`], [`superblock_load`]), so that one integer
+    /// multiply-add sums 4 weights of each of the 8 blocks into the block's own lane, as for
+    /// [`Storage::Q8_0Groups`]; in the panels (superblocks for blocks) each
     /// superblock's 8 six-bit scales as one little-endian word (`scales`) and its step
     /// (`steps`); apart, row after row, each superblock's 8 minimums as one word
     /// (`mins[r · superblocks + s]`) and its negated minimum step (`neg_min_steps`).
@@ -286,9 +321,9 @@ pub(crate) enum Storage {
         neg_min_steps: Vec<f32>,
     },
     /// [`WeightFormat::Q4A8`] from [`Q6Superblock`]s, kept as they are (0.83 bytes a weight
-    /// instead of Q8_0's 1.125), all in the panels: each block's low 4 bits of its quants as
-    /// for `Q4` (`lows`, two words a block) and their high 2 bits in one word (`highs`: byte
-    /// `b` holds those of weights `b`, `8 + b`, `16 + b`, `24 + b` at bits 0, 2, 4, 6), and
+    /// instead of Q8_0's 1.125), all in the panels: the low 4 bits of the quants in grouped
+    /// nibbles as for `Q4K` (`lows`), their high 2 bits in 2 loads of 32 bytes a superblock
+    /// and row (`highs`, [`high_place`]: load `v` holds units `4 v .. 4 v + 4`), and
     /// each superblock's 16 scales (the even sub-blocks' first, then the odd ones', as two
     /// words) and its step.
     Q6K {
@@ -482,10 +517,7 @@ impl PackedMatrix {
             scales[block_index(r, s, per_row)] = u64::from_le_bytes(sb.scales);
             mins[i] = u64::from_le_bytes(sb.mins);
             neg_min_steps[i] = -sb.min_scale;
-            for (j, q) in sb.quants.chunks_exact(BLOCK).enumerate() {
-                let at = block_index(r, s * 8 + j, blocks);
-                quants[at * 2..at * 2 + 2].copy_from_slice(&nibble_words(q));
-            }
+            place_loads(&mut quants, r, s, blocks, 2, &grouped_nibbles(&sb.quants));
         }
         Ok(Self {
             rows,
@@ -541,16 +573,15 @@ impl PackedMatrix {
             let even: [u8; 8] = std::array::from_fn(|j| sb.scales[2 * j] as u8);
             let odd: [u8; 8] = std::array::from_fn(|j| sb.scales[2 * j + 1] as u8);
             scales[at_s] = [u64::from_le_bytes(even), u64::from_le_bytes(odd)];
+            place_loads(&mut lows, r, s, blocks, 2, &grouped_nibbles(&sb.quants));
+            let mut bytes = [0u8; 64];
             for (j, q) in sb.quants.chunks_exact(BLOCK).enumerate() {
-                let at = block_index(r, s * 8 + j, blocks);
-                lows[at * 2..at * 2 + 2].copy_from_slice(&nibble_words(q));
-                let bytes: [u8; 8] = std::array::from_fn(|b| {
-                    (0..4).fold(0u8, |acc, lane| {
-                        acc | ((q[8 * lane + b] >> 4) << (2 * lane))
-                    })
-                });
-                highs[at] = u64::from_le_bytes(bytes);
+                for (k, &q) in q.iter().enumerate() {
+                    let (load, byte, shift) = high_place(j, k);
+                    bytes[32 * load + byte] |= (q >> 4) << shift;
+                }
             }
+            place_loads(&mut highs, r, s, blocks, 1, &bytes);
         }
         Ok(Self {
             rows,
@@ -716,7 +747,11 @@ impl PackedMatrix {
         // The *A8 formats multiply x rounded to int8; the portable loop multiplies the same
         // rounded values as f32.
         let simd = exec.isa != Isa::Scalar && avx2::available();
-        let interleave = simd && matches!(self.storage, Storage::Q8_0Groups { .. });
+        let interleave = simd
+            && matches!(
+                self.storage,
+                Storage::Q8_0Groups { .. } | Storage::Q4K { .. } | Storage::Q6K { .. }
+            );
         let int8 = self
             .format
             .rounds_activations()
@@ -780,6 +815,37 @@ fn nibble_words(q: &[u8]) -> [u64; 2] {
             std::array::from_fn(|l| (q[8 * h + l] & 0xF) | ((q[16 + 8 * h + l] & 0xF) << 4));
         u64::from_le_bytes(bytes)
     })
+}
+
+/// A superblock's 256 quants (their low 4 bits) as its 4 grouped loads of nibbles
+/// ([`nibble_place`]).
+fn grouped_nibbles(quants: &[u8; SUPERBLOCK]) -> [u8; 128] {
+    let mut bytes = [0u8; 128];
+    for (j, q) in quants.chunks_exact(BLOCK).enumerate() {
+        for (k, &q) in q.iter().enumerate() {
+            let (load, byte, high) = nibble_place(j, k);
+            bytes[32 * load + byte] |= (q & 0xF) << if high { 4 } else { 0 };
+        }
+    }
+    bytes
+}
+
+/// Writes `bytes`, a row's superblock `s` as 32-byte loads in order, to their places
+/// ([`superblock_load`]).
+fn place_loads(
+    out: &mut [u64],
+    r: usize,
+    s: usize,
+    blocks: usize,
+    words_per_block: usize,
+    bytes: &[u8],
+) {
+    for (load, chunk) in bytes.chunks_exact(32).enumerate() {
+        let at = superblock_load(r, s, load, blocks, words_per_block);
+        for (word, eight) in out[at..at + 4].iter_mut().zip(chunk.chunks_exact(8)) {
+            *word = u64::from_le_bytes(std::array::from_fn(|l| eight[l]));
+        }
+    }
 }
 
 /// Superblocks a row of a `[rows, cols]` matrix given as `count` superblocks, or why they do

@@ -2,7 +2,10 @@
 
 use std::ops::Range;
 
-use crate::pack::{BLOCK, PackedMatrix, Storage, block_index, grouped_byte, grouped_scale_index};
+use crate::pack::{
+    BLOCK, PackedMatrix, Storage, block_index, grouped_byte, grouped_scale_index, high_place,
+    nibble_place, superblock_load,
+};
 
 /// Writes weight row `r` (all `padded_cols` of it) as f32 into `out`.
 pub(crate) fn dequantize_row(mat: &PackedMatrix, r: usize, out: &mut [f32]) {
@@ -64,7 +67,11 @@ pub(crate) fn dequantize_row(mat: &PackedMatrix, r: usize, out: &mut [f32]) {
                 let step = steps[at_s] * f32::from(scales[at_s].to_le_bytes()[j]);
                 let min_quant = mins[r * per_row + s].to_le_bytes()[j];
                 let min = neg_min_steps[r * per_row + s] * f32::from(min_quant);
-                write_q4_block(&quants[at * 2..(at + 1) * 2], step, min, out);
+                for (k, o) in out.iter_mut().enumerate() {
+                    let q = grouped_nibble(quants, r, s, j, k, blocks);
+                    // One rounding, as the kernel's fused multiply-add.
+                    *o = f32::from(q).mul_add(step, min);
+                }
             }
             Storage::Q6K {
                 lows,
@@ -75,21 +82,32 @@ pub(crate) fn dequantize_row(mat: &PackedMatrix, r: usize, out: &mut [f32]) {
                 let (s, j) = (b / 8, b % 8);
                 let at_s = block_index(r, s, blocks / 8);
                 let [even, odd] = scales[at_s].map(u64::to_le_bytes);
-                let high = highs[at].to_le_bytes();
-                for (half, scale) in [(0, even[j]), (1, odd[j])] {
+                for (k, o) in out.iter_mut().enumerate() {
+                    let scale = if k < 16 { even[j] } else { odd[j] };
                     let step = steps[at_s] * f32::from(scale as i8);
-                    for l in 0..16 {
-                        let k = 16 * half + l;
-                        let word = lows[at * 2 + (l / 8)].to_le_bytes()[l % 8];
-                        let low = if half == 0 { word & 0xF } else { word >> 4 };
-                        let high = (high[k % 8] >> (2 * (k / 8))) & 3;
-                        let q = (low | (high << 4)) as i8 - 32;
-                        out[k] = step * f32::from(q);
-                    }
+                    let low = grouped_nibble(lows, r, s, j, k, blocks);
+                    let (load, byte, shift) = high_place(j, k);
+                    let high = (load_byte(highs, superblock_load(r, s, load, blocks, 1), byte)
+                        >> shift)
+                        & 3;
+                    *o = step * f32::from((low | (high << 4)) as i8 - 32);
                 }
             }
         }
     }
+}
+
+/// Byte `byte` of the 32-byte load starting at word `at`.
+fn load_byte(words: &[u64], at: usize, byte: usize) -> u8 {
+    words[at + byte / 8].to_le_bytes()[byte % 8]
+}
+
+/// Quant `k` of block `j` of superblock `s` of row `r` in grouped nibbles (`Storage::Q4K`'s
+/// quants, `Storage::Q6K`'s lows).
+fn grouped_nibble(words: &[u64], r: usize, s: usize, j: usize, k: usize, blocks: usize) -> u8 {
+    let (load, byte, high) = nibble_place(j, k);
+    let byte = load_byte(words, superblock_load(r, s, load, blocks, 2), byte);
+    if high { byte >> 4 } else { byte & 0xF }
 }
 
 /// One Q4 block's 32 weights (two words of nibbles, see `Storage::Q4`) into `out`.

@@ -116,7 +116,11 @@ fn superblocks(n: usize, k: usize, rng: &mut ChaCha8Rng) -> Vec<Q4Superblock> {
     (0..n * k / SUPERBLOCK)
         .map(|_| Q4Superblock {
             scale: f16(rng.random_range(1e-4f32..2e-3)),
-            min_scale: f16(rng.random_range(1e-4f32..2e-2)),
+            // Minimums up to ~1000 steps of a block's grid: from ~10⁴ steps (a minimum step
+            // of 2e-2 with a step of 1e-4), f32 rounding of the weights puts them off the grid
+            // by more than `q4`'s tolerance, and `q4` then stores the matrix as Q8_0, as it
+            // says it does (a case proptest found, m 1, n 30, 2 superblocks).
+            min_scale: f16(rng.random_range(1e-4f32..2e-3)),
             scales: std::array::from_fn(|_| rng.random_range(0u8..64)),
             mins: std::array::from_fn(|_| rng.random_range(0u8..64)),
             quants: std::array::from_fn(|_| rng.random_range(0u8..16)),
