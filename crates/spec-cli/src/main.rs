@@ -99,7 +99,7 @@ struct GenerateArgs {
     weights: WeightFormat,
     /// How the draft model's projections are kept for its decode steps: f32, q4, bf16, q8_0,
     /// q8_0-a8, q4-a8 or q4-a8-lossy (q4-a8 with every matrix that is not 4-bit rounded to 4
-    /// bits; default q8_0). Only the draft is rounded; the output still follows the target
+    /// bits; default q8_0-a8). Only the draft is rounded; the output still follows the target
     /// alone.
     #[arg(long)]
     draft_weights: Option<WeightFormat>,
@@ -199,8 +199,10 @@ impl<B: Backend> Default for DraftModels<B> {
 
 /// How a draft model's projections are packed unless `--draft-weights` says otherwise. Q8_0
 /// rounds only the draft, which changes how often its tokens are accepted, never what is
-/// generated; it cut the 0.5B draft's step to 0.43-0.44 of f32's (docs/benchmarks.md).
-const DEFAULT_DRAFT_WEIGHTS: WeightFormat = WeightFormat::Q8_0;
+/// generated; it cut the 0.5B draft's step to 0.43-0.44 of f32's. With activations rounded to
+/// int8 too (q8_0-a8), the 0.5B's prompt and steps cost less again (c 0.109-0.127 against
+/// 0.131-0.156 for q8_0, the same tokens accepted; docs/benchmarks.md, twentieth session).
+const DEFAULT_DRAFT_WEIGHTS: WeightFormat = WeightFormat::Q8_0A8;
 
 /// `--method sampling --draft-model D [--k N | --k auto]`: speculative sampling with a draft model
 /// (default K 4), its vocabulary checked against the target's through both tokenizers.

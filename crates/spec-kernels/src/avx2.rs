@@ -3,8 +3,10 @@
 //! Every format presents a weight row as blocks of 32 weights read as four f32 vectors, so one
 //! register tile serves them all: a few weight rows × a few rows of `x`, each pair accumulating
 //! an 8-lane partial dot product, reduced once at the end of the row. The integer formats also
-//! present a block as 32 bytes, for the tile that multiplies them by `x` rounded to int8 (the
-//! `*A8` formats); the same driver runs both tiles.
+//! present a block as 32 bytes, for the tiles that multiply them by `x` rounded to int8 (the
+//! `*A8` formats): one a block (Q4's per-block layout), or, for the grouped layouts (`Q8_0A8`,
+//! Q4_K and Q6_K superblocks), one that sums 8 blocks at once, each in its own lane, with
+//! `vpdpbusd` where the CPU has AVX512-VNNI; the same driver runs every tile.
 
 #[cfg(target_arch = "x86_64")]
 mod imp {
@@ -343,9 +345,6 @@ mod imp {
     trait Tiles: Copy {
         type W: Copy;
         type X: Copy;
-        /// Whether two rows of `x` run in tiles of two panels (4 weight rows × 2) rather than one
-        /// (see [`sweep`]).
-        const TWO_PANELS_FOR_TWO_ROWS: bool = false;
         /// Whether [`tall_tiles`] may ask for tiles of two panels. Not for the integer tiles:
         /// compiled in at all, the 4 × 4 shape made their other shapes 1.09–1.18 slower
         /// (superblocks, 3 to 8 rows, with the 4 × 4 tile never run), and run, it gained nothing.
@@ -459,17 +458,17 @@ mod imp {
 
     /// Runs the tiles over weight rows `rows` for every row of `x`: tiles of one panel (2
     /// weight rows) × every row of `x` (4 at a time, 5 when 5 are left), so each weight vector
-    /// serves several multiply-adds; two rows of `x` against superblocks take 4 weight rows × 2;
-    /// with `tall` (see [`tall_tiles`]), tiles of three panels (f32 up to 5 rows: 6 weight
+    /// serves several multiply-adds; with `tall` (see [`tall_tiles`]), tiles of three panels (f32 up to 5 rows: 6 weight
     /// rows) or two (4 weight rows) × 4 rows of `x` (3 or 5 for the last), then two and one for
     /// the panels left.
     ///
     /// A tile of one panel reads its weights as one sequential stream. Against tiles of two
     /// panels (two streams, each a few KB long before the next tile) and f32's passes of 8
     /// weight rows, a reference model's products took 0.70–0.89 of the time at one row in every
-    /// format and 0.77–0.91 at two rows (SmolLM2 in `q4-a8` 1.04); against superblocks, whose
-    /// tile does more arithmetic a weight, 4 × 2 stays (2 × 2 took 1.14 of its time)
-    /// (docs/benchmarks.md, seventeenth session).
+    /// format and 0.77–0.91 at two rows (SmolLM2 in `q4-a8` 1.04) (docs/benchmarks.md,
+    /// seventeenth session). Superblocks, whose old tile took 4 × 2 for two rows, run grouped
+    /// since the twentieth session, where 4 × 2 took 1.2 of 2 × 2's time (the 1.5B's
+    /// forward(2) 48.7–50.3 ms against 40.1–41.1).
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn sweep<T: Tiles>(
@@ -492,12 +491,6 @@ mod imp {
             }
             while rows.end - r >= 4 {
                 run_rows::<T, 4, 4>(simd, tiles, &row, r, r - start, &x_row, blocks, m, outs);
-                r += 4;
-            }
-        }
-        if m == 2 && T::TWO_PANELS_FOR_TWO_ROWS {
-            while rows.end - r >= 4 {
-                run_rows::<T, 4, 2>(simd, tiles, &row, r, r - start, &x_row, blocks, m, outs);
                 r += 4;
             }
         }
@@ -536,21 +529,6 @@ mod imp {
         /// `total` plus the row's minimums times `sums`, `x`'s block sums in vectors of 8
         /// (zeros past the row's blocks); `total` itself without [`IntRow::OFFSET`].
         fn add_mins(self, simd: V3, sums: &[f32x8], total: f32x8) -> f32x8;
-    }
-
-    impl IntRow for Q8Row<'_> {
-        const OFFSET: bool = false;
-
-        #[inline(always)]
-        fn block(self, _simd: V3, b: usize) -> (__m256i, f32) {
-            let at = b * PANEL + self.lane;
-            (cast(self.quants[at]), self.scales[at])
-        }
-
-        #[inline(always)]
-        fn add_mins(self, _simd: V3, _sums: &[f32x8], total: f32x8) -> f32x8 {
-            total
-        }
     }
 
     impl IntRow for Q4Row<'_, Apart<'_>> {
@@ -836,8 +814,8 @@ mod imp {
 
         #[inline(always)]
         fn tail(self, simd: V3, b: usize) -> (__m256i, f32) {
-            let (stored, scale) = IntRow::block(self, simd, b);
-            (unbiased(simd, stored), scale)
+            let at = b * PANEL + self.lane;
+            (unbiased(simd, cast(self.quants[at])), self.scales[at])
         }
     }
 
@@ -1195,7 +1173,7 @@ mod imp {
                         scales: panel(scales, r, blocks),
                         lane: r % PANEL,
                     };
-                    integer_sweep(simd, tall, row, rows, x, int8, blocks, m, outs);
+                    widened_sweep(simd, tall, row, rows, x, blocks, m, outs);
                 }
                 Storage::Q8_0Groups { .. } => {
                     grouped_sweep(simd, PairSums, mat, rows, x, int8, m, outs);
@@ -1409,7 +1387,7 @@ mod imp {
             Some(q) => {
                 let x_row = int8_row(q, blocks);
                 // The integer tiles never take tall tiles (`Tiles::TALL`); `tall` is for the
-                // widened fallback below.
+                // widened fallback below (Q4A8 without the rounded rows: the portable loop's).
                 sweep(
                     simd,
                     false,
@@ -1448,12 +1426,12 @@ mod imp {
     ///   passes);
     /// - the integer tiles of the `*A8` formats do not take them ([`Tiles::TALL`]; per block
     ///   they took 1.01–1.20 of the time).
-    fn tall_tiles(mat: &PackedMatrix, int8: bool, m: usize) -> bool {
+    fn tall_tiles(mat: &PackedMatrix, m: usize) -> bool {
         let x_bytes = m * mat.padded_cols() * size_of::<f32>();
         match &mat.storage {
             Storage::F32(_) | Storage::Bf16(_) => m >= 3 && x_bytes >= TALL_X_BYTES,
             Storage::Q4 { .. } => m >= 3,
-            Storage::Q8_0 { .. } => !int8 && m >= 16,
+            Storage::Q8_0 { .. } => m >= 16,
             Storage::Q8_0Groups { .. }
             | Storage::Q4A8 { .. }
             | Storage::Q4K { .. }
@@ -1468,7 +1446,9 @@ mod imp {
     /// it (inside `V4`'s target features): the operations stay AVX2's, but 32 registers hold
     /// the sums that 16 would spill (the 1.5B's superblock products took 0.87–0.93 of the time
     /// at 3 to 8 rows, docs/benchmarks.md, eighteenth session; the one-panel tiles of the
-    /// widened formats gain nothing, 0.98–1.06).
+    /// widened formats gain nothing, 0.98–1.06); the grouped layouts with VNNI too run inside
+    /// [`V4Vnni`] with `vpdpbusd` (2.3× the multiply-adds a second of the per-block tile at 4 to
+    /// 64 rows, one thread, docs/benchmarks.md, twentieth session).
     pub(crate) fn run(
         mat: &PackedMatrix,
         rows: Range<usize>,
@@ -1478,7 +1458,7 @@ mod imp {
         outs: &mut [&mut [f32]],
         avx512: bool,
     ) {
-        let tall = tall_tiles(mat, int8.is_some(), m);
+        let tall = tall_tiles(mat, m);
         let grouped = matches!(
             mat.storage,
             Storage::Q8_0Groups { .. } | Storage::Q4K { .. } | Storage::Q6K { .. }

@@ -39,17 +39,21 @@
 //!   with the *stored* (rounded) weights, which [`PackedMatrix::dequantize`] returns;
 //! - the `*A8` formats (`Q8_0A8`, `Q4A8`) instead round each block of 32 inputs of a row of `x`
 //!   to int8 before the product (llama.cpp's arithmetic): a block's 32 products are summed
-//!   exactly in integers (`vpmaddubsw`, `vpmaddwd`) and scaled into f32 once, so no weight is
-//!   widened to f32. The result is the f32 product of the *rounded* `x`
-//!   ([`PackedMatrix::rounded_input`]) with the stored weights: a different model from the
-//!   checkpoint's, offered by name only;
+//!   exactly in integers and scaled into f32 once, so no weight is widened to f32. The result
+//!   is the f32 product of the *rounded* `x` ([`PackedMatrix::rounded_input`]) with the stored
+//!   weights: a different model from the checkpoint's, offered by name only. `Q8_0A8` and the
+//!   superblocks below are stored in *groups* of 8 blocks whose 32-byte units hold 4 quants of
+//!   each block, `x` interleaved the same way for the product: one integer multiply-add
+//!   (`vpdpbusd` where the CPU has AVX512-VNNI, else `vpmaddubsw` + `vpmaddwd`, the same exact
+//!   sums) then adds 4 products of each of the 8 blocks into the block's own lane, and a
+//!   group's 8 sums are scaled into f32 with one multiply-add instead of one a block;
 //! - a GGUF's Q4_K and Q6_K matrices may instead be packed from their superblocks as they are
 //!   ([`PackedMatrix::pack_q4_superblocks`], [`PackedMatrix::pack_q6_superblocks`], in
 //!   `Q4A8`): 256 weights share an f32 step and each block of 32 keeps small integer factors
 //!   of it (0.59 bytes a weight for Q4_K instead of Q4's 0.75, 0.83 for Q6_K instead of
-//!   Q8_0's 1.125). `x` is then rounded with one step a superblock (llama.cpp's Q8_K), each
-//!   block's integer sums are multiplied by their scales in the integer multiply-add and summed
-//!   in integers over the superblock, and one f32 multiply-add a superblock scales them.
+//!   Q8_0's 1.125). `x` is then rounded with one step a superblock (llama.cpp's Q8_K); a
+//!   superblock is one group (Q6_K's block halves with scales of their own, two runs of 4
+//!   units), each block's integer sum scaled by its scale times the superblock's step.
 //!
 //! Layouts: each row is padded with zeros to a multiple of 32 columns (one block), and rows are
 //! stored in panels of 2, block by block (block `b` of rows `2p` and `2p + 1`, then block
@@ -61,17 +65,22 @@
 //!   a mask;
 //! - Q8_0: per block of 32 weights the 32 int8 quants in order (four `u64` words of 8), so one
 //!   sign-extending load (`vpmovsxbd`) gives a vector of 8 consecutive weights; one f32 scale a
-//!   block;
+//!   block. `Q8_0A8`: in each whole group of 8 blocks of a row, unit `t` (32 bytes) holds quants
+//!   `4 t .. 4 t + 4` of each block in turn, stored plus 128 (unsigned, as `vpdpbusd` takes
+//!   them), and the group's 8 scales lie together; blocks after the last whole group as Q8_0;
 //! - Q4: per block two `u64` words of 16 nibbles, byte `l` of word `h` holding weight `8 h + l`
 //!   (low nibble) and `16 + 8 h + l` (high nibble), so one zero-extending load (`vpmovzxbd`)
 //!   gives two vectors of 8 consecutive weights with a mask and a shift; `[scale, min]` a block
 //!   in the panels, except for `Q4A8`, which keeps a scale a block in the panels and the blocks'
 //!   minimums apart, row after row, so that a row's minimums enter its product once, 8 blocks a
 //!   multiply-add against the rounded `x`'s block sums;
-//! - Q4_K superblocks: the nibbles as for Q4; a superblock's 8 scales as one word and its step
-//!   in the panels, its 8 minimums as one word and its minimum step apart, row after row;
-//! - Q6_K superblocks: a block's low 4 bits as Q4's nibbles and its high 2 bits in one word,
-//!   a superblock's 16 scales as two words and its step, all in the panels.
+//! - Q4_K superblocks: the nibbles grouped, 4 loads of 32 bytes a superblock and row, load `u`
+//!   holding unit `2 u` (as for `Q8_0A8`) in its low nibbles and `2 u + 1` in its high ones, the
+//!   panel's rows' loads in turn; a superblock's 8 scales as one word and its step in the
+//!   panels, its 8 minimums as one word and its minimum step apart, row after row;
+//! - Q6_K superblocks: the low 4 bits grouped as Q4_K's nibbles, the high 2 bits in 2 loads a
+//!   superblock and row (load `v` holds units `4 v .. 4 v + 4` at bits 0, 2, 4, 6), a
+//!   superblock's 16 scales as two words and its step, all in the panels.
 
 mod activations;
 mod avx2;
@@ -91,10 +100,11 @@ pub enum Isa {
     /// The AVX2 + FMA kernel (x86-64) when the CPU has them; its integer tiles (the `*A8`
     /// formats) compiled for AVX-512 (F, BW, CD, DQ, VL) where the CPU has that too: the same
     /// operations, with 32 vector registers instead of 16, so the wider tiles keep their sums
-    /// in registers. Otherwise the portable loop.
+    /// in registers; and the grouped layouts' integer sums in `vpdpbusd` where it also has
+    /// AVX512-VNNI (the same exact sums, so the same bits). Otherwise the portable loop.
     Auto,
-    /// The AVX2 + FMA kernel with 16 registers even where AVX-512 is there (to test and compare
-    /// that path); the portable loop without AVX2.
+    /// The AVX2 + FMA kernel with 16 registers and no VNNI even where AVX-512 is there (to test
+    /// and compare that path); the portable loop without AVX2.
     Avx2,
     /// The portable scalar loop, on any CPU.
     Scalar,

@@ -290,13 +290,13 @@ proptest! {
 /// A row of `x` gets the same bits whatever the other rows of the product: greedy speculative
 /// decoding relies on a verification over K + 1 rows scoring each position exactly as a decode
 /// step of one row does, and on a prompt's passes agreeing with it. Every tile shape (1 to 5
-/// rows of `x`; one panel, two panels for two rows against superblocks, and where AVX-512 is
-/// there two or three panels from a few rows on, f32 and bf16 once the rows fill 24 KB: here
-/// from 3) and the threaded split are covered by `m` in 1..=16, a few longer passes and the
-/// odd `n`.
+/// rows of `x`; one panel, and where AVX-512 is there two or three panels from a few rows on,
+/// f32 and bf16 once the rows fill 24 KB: here from 3), the grouped layouts (whole groups of 8
+/// blocks, and for `q8_0-a8` the 2 blocks after them: k 2112; superblocks at k 2048) and the
+/// threaded split are covered by `m` in 1..=16, a few longer passes and the odd `n`.
 #[test]
 fn a_row_does_not_depend_on_the_others() {
-    let (n, k, most) = (203, 2048, 64);
+    let (n, k, k_super, most) = (203, 2112, 2048, 64);
     let mut rng = ChaCha8Rng::seed_from_u64(7);
     let x = random(most * k, &mut rng);
     let mut matrices: Vec<PackedMatrix> = FORMATS
@@ -308,12 +308,14 @@ fn a_row_does_not_depend_on_the_others() {
             mat
         })
         .collect();
-    let blocks = superblocks(n, k, &mut rng);
-    matrices.push(PackedMatrix::pack_q4_superblocks(&blocks, n, k, WeightFormat::Q4A8).unwrap());
-    let blocks = superblocks_6(n, k, &mut rng);
-    matrices.push(PackedMatrix::pack_q6_superblocks(&blocks, n, k, WeightFormat::Q4A8).unwrap());
+    let blocks = superblocks(n, k_super, &mut rng);
+    matrices
+        .push(PackedMatrix::pack_q4_superblocks(&blocks, n, k_super, WeightFormat::Q4A8).unwrap());
+    let blocks = superblocks_6(n, k_super, &mut rng);
+    matrices
+        .push(PackedMatrix::pack_q6_superblocks(&blocks, n, k_super, WeightFormat::Q4A8).unwrap());
     for mat in &matrices {
-        let format = mat.format();
+        let (format, k) = (mat.format(), mat.cols());
         let alone: Vec<Vec<u32>> = (0..most)
             .map(|i| {
                 let y = mat.matmul(&x[i * k..(i + 1) * k], 1).unwrap();
@@ -326,7 +328,7 @@ fn a_row_does_not_depend_on_the_others() {
                 let bits: Vec<u32> = row.iter().map(|v| v.to_bits()).collect();
                 assert!(
                     bits == alone[i],
-                    "{format} m={m}: row {i} differs from its one-row product"
+                    "{format} k={k} m={m}: row {i} differs from its one-row product"
                 );
             }
         }
