@@ -117,7 +117,8 @@ impl QuantizedRows {
 }
 
 /// `quants` (rows of `blocks` blocks) in [`crate::pack::Storage::Q8_0Groups`]' order
-/// ([`crate::pack::grouped_byte`]: in a whole group, unit `t` holds quants `4 t .. 4 t + 4` of each block).
+/// ([`crate::pack::grouped_byte`]: in a whole group, unit `t` holds quants `4 t .. 4 t + 4` of
+/// each block).
 fn interleaved(quants: &[[i8; BLOCK]], blocks: usize) -> Vec<[i8; BLOCK]> {
     let mut out = quants.to_vec();
     for (row, out) in quants

@@ -1459,10 +1459,7 @@ mod imp {
         avx512: bool,
     ) {
         let tall = tall_tiles(mat, m);
-        let grouped = matches!(
-            mat.storage,
-            Storage::Q8_0Groups { .. } | Storage::Q4K { .. } | Storage::Q6K { .. }
-        );
+        let grouped = mat.storage.is_grouped();
         if let (true, true, Some(context), Some(vnni), Some(simd)) = (
             avx512,
             grouped,

@@ -334,6 +334,17 @@ pub(crate) enum Storage {
     },
 }
 
+impl Storage {
+    /// Whether the blocks are stored in groups of [`GROUP`] whose units hold 4 quants of each
+    /// (`Q8_0Groups`, `Q4K`, `Q6K`): the products then read `x` rounded and interleaved alike.
+    pub(crate) fn is_grouped(&self) -> bool {
+        matches!(
+            self,
+            Self::Q8_0Groups { .. } | Self::Q4K { .. } | Self::Q6K { .. }
+        )
+    }
+}
+
 /// A weight matrix `W [rows, cols]` (`rows` outputs of `cols` inputs) packed for
 /// [`PackedMatrix::matmul_into`].
 #[derive(Debug, Clone)]
@@ -747,11 +758,7 @@ impl PackedMatrix {
         // The *A8 formats multiply x rounded to int8; the portable loop multiplies the same
         // rounded values as f32.
         let simd = exec.isa != Isa::Scalar && avx2::available();
-        let interleave = simd
-            && matches!(
-                self.storage,
-                Storage::Q8_0Groups { .. } | Storage::Q4K { .. } | Storage::Q6K { .. }
-            );
+        let interleave = simd && self.storage.is_grouped();
         let int8 = self
             .format
             .rounds_activations()

@@ -69,7 +69,8 @@ pub(crate) fn dequantize_row(mat: &PackedMatrix, r: usize, out: &mut [f32]) {
                 let min = neg_min_steps[r * per_row + s] * f32::from(min_quant);
                 for (k, o) in out.iter_mut().enumerate() {
                     let q = grouped_nibble(quants, r, s, j, k, blocks);
-                    // One rounding, as the kernel's fused multiply-add.
+                    // `step · q` is exact (an f16 step times 6- and 4-bit integers), so this is
+                    // `Q4Superblock::dequantize`'s value.
                     *o = f32::from(q).mul_add(step, min);
                 }
             }
