@@ -38,6 +38,20 @@ impl QuantizedRows {
     /// sums then need one scaling a superblock). With `interleave`, also fills
     /// [`QuantizedRows::grouped`].
     pub(crate) fn new(x: &[f32], padded_cols: usize, group: usize, interleave: bool) -> Self {
+        crate::avx2::round_rows(x, padded_cols, group, interleave)
+            .unwrap_or_else(|| Self::with(Portable, x, padded_cols, group, interleave))
+    }
+
+    /// [`QuantizedRows::new`] with `ops`' loops (the same bits whichever: a maximum, and
+    /// per value one multiply, one add and a truncation).
+    #[inline(always)]
+    pub(crate) fn with<O: RoundOps>(
+        ops: O,
+        x: &[f32],
+        padded_cols: usize,
+        group: usize,
+        interleave: bool,
+    ) -> Self {
         let n = x.len() / BLOCK;
         let blocks = (padded_cols / BLOCK).max(1);
         let group = group.max(1);
@@ -49,12 +63,7 @@ impl QuantizedRows {
         let mut half_sums = Vec::with_capacity(if superblocks { n / 8 } else { 0 });
         for run in x.chunks(BLOCK * group) {
             let mut halves = [0i16; 16];
-            let finite = run.iter().all(|v| v.is_finite());
-            // Loops without calls (libm's `roundf` is one) so that they vectorize: this runs
-            // on the calling thread before every product.
-            let amax = run
-                .iter()
-                .fold(0.0f32, |a, v| if v.abs() > a { v.abs() } else { a });
+            let (amax, finite) = ops.abs_max(run);
             let step = if !finite {
                 f32::NAN
             } else if amax == 0.0 {
@@ -64,14 +73,11 @@ impl QuantizedRows {
             };
             let inv = if step > 0.0 { 1.0 / step } else { 0.0 };
             for (j, block) in run.chunks_exact(BLOCK).enumerate() {
-                let mut q = [0i8; BLOCK];
-                if step > 0.0 {
-                    for (q, v) in q.iter_mut().zip(block) {
-                        // Half away from zero, then truncation; |v · inv| ≤ 127 (to rounding).
-                        let r = v * inv;
-                        *q = (r + 0.5f32.copysign(r)) as i8;
-                    }
-                }
+                let q = if step > 0.0 {
+                    ops.round_block(block, inv)
+                } else {
+                    [0i8; BLOCK]
+                };
                 let total: i32 = q.iter().map(|&v| i32::from(v)).sum();
                 if superblocks {
                     // 16 values of at most 127 in magnitude: within i16.
@@ -116,6 +122,39 @@ impl QuantizedRows {
     }
 }
 
+/// The loops of rounding `x`: the portable ones ([`Portable`]) or SIMD ones that give the same
+/// bits (`crate::avx2`). They run on the calling thread before every product.
+pub(crate) trait RoundOps: Copy {
+    /// `max |v|` over `values` (whole blocks) and whether every value is finite.
+    fn abs_max(self, values: &[f32]) -> (f32, bool);
+    /// A block's 32 values times `inv`, rounded half away from zero (an add of ±0.5, then
+    /// truncation) to int8; `|v · inv| ≤ 127` to rounding.
+    fn round_block(self, block: &[f32], inv: f32) -> [i8; BLOCK];
+}
+
+/// [`RoundOps`] in plain Rust.
+#[derive(Clone, Copy)]
+pub(crate) struct Portable;
+
+impl RoundOps for Portable {
+    fn abs_max(self, values: &[f32]) -> (f32, bool) {
+        let finite = values.iter().all(|v| v.is_finite());
+        let amax = values
+            .iter()
+            .fold(0.0f32, |a, v| if v.abs() > a { v.abs() } else { a });
+        (amax, finite)
+    }
+
+    fn round_block(self, block: &[f32], inv: f32) -> [i8; BLOCK] {
+        let mut q = [0i8; BLOCK];
+        for (q, v) in q.iter_mut().zip(block) {
+            let r = v * inv;
+            *q = (r + 0.5f32.copysign(r)) as i8;
+        }
+        q
+    }
+}
+
 /// `quants` (rows of `blocks` blocks) in [`crate::pack::Storage::Q8_0Groups`]' order
 /// ([`crate::pack::grouped_byte`]: in a whole group, unit `t` holds quants `4 t .. 4 t + 4` of
 /// each block).
@@ -147,4 +186,55 @@ fn offsets(quants: &[[i8; BLOCK]], blocks: usize) -> Vec<[i32; GROUP]> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Values that exercise the rounding: ties (`amax` 127 makes the step 1, so `k + 0.5`
+    /// rounds away from zero), both zeros, an all-zero block, a block with an infinity and one
+    /// with a NaN, and a spread of ordinary values.
+    fn awkward_rows(padded_cols: usize, rows: usize) -> Vec<f32> {
+        let mut x = Vec::with_capacity(rows * padded_cols);
+        let mut state = 0x2545_f491_u32;
+        for i in 0..rows * padded_cols {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            let spread = (state as f32 / u32::MAX as f32 - 0.5) * 7.0;
+            x.push(match (i / BLOCK) % 6 {
+                0 if i % BLOCK == 0 => 127.0,
+                0 => (i % 64) as f32 - 31.5,
+                1 => 0.0,
+                2 if i % 3 == 0 => -0.0,
+                3 if i % BLOCK == 5 => f32::INFINITY,
+                4 if i % BLOCK == 9 => f32::NAN,
+                _ => spread,
+            });
+        }
+        x
+    }
+
+    #[test]
+    fn every_round_ops_gives_the_portable_bits() {
+        let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        for (padded_cols, group) in [(32 * 18, 1), (32 * 19, 1), (256 * 3, 8)] {
+            let x = awkward_rows(padded_cols, 5);
+            let portable = QuantizedRows::with(Portable, &x, padded_cols, group, true);
+            let chosen = QuantizedRows::new(&x, padded_cols, group, true);
+            assert_eq!(chosen.quants, portable.quants);
+            assert_eq!(bits(&chosen.steps), bits(&portable.steps));
+            assert_eq!(bits(&chosen.sums), bits(&portable.sums));
+            assert_eq!(chosen.half_sums, portable.half_sums);
+            assert_eq!(chosen.grouped, portable.grouped);
+            assert_eq!(chosen.group_offsets, portable.group_offsets);
+            // A NaN or an infinity gives its block (its run of `group`) a NaN step; with a step
+            // of 1, −30.5 and −29.5 went away from zero.
+            assert!(portable.steps[3].is_nan() && portable.steps[4].is_nan());
+            if group == 1 {
+                assert_eq!(portable.quants[0][1..3], [-31, -30]);
+            }
+        }
+    }
 }
