@@ -276,7 +276,7 @@ mod imp {
     /// Per vector of a block, the `M` vectors of `x` are loaded once and each widened weight
     /// vector is used `M` times: `RR + M` loads for `RR × M` FMAs, and the `RR × M` accumulators,
     /// `M` vectors of `x` and one of weights fit in the 16 AVX registers for the shapes used
-    /// (2 × 1, 2 × 2, 4 × 2, 2 × 3, 2 × 4, and 2 × 5 in f32). For 2 × 5 in bf16 and
+    /// (2 × 1 to 2 × 5 in f32). For 2 × 5 in bf16 and
     /// Q8_0 they do not (widening needs a mask or a scale too; that tile spilled), so it holds
     /// the `RR` widened weight vectors instead and reads each vector of `x` where an FMA uses
     /// it; so do the tiles of two and three panels (4 × 3 to 6 × 5), whose sums take

@@ -14,8 +14,7 @@
 //! rows of `x`:
 //!
 //! - a register tile (one panel of 2 weight rows × 1 to 5 rows of `x`, read as one sequential
-//!   stream; 4 weight rows × 2 for two rows against superblocks)
-//!   accumulates up to 10 dot products in 8-lane vectors (AVX2 + FMA through `pulp`, detected
+//!   stream) accumulates up to 10 dot products in 8-lane vectors (AVX2 + FMA through `pulp`, detected
 //!   at run time; a scalar loop elsewhere), so each weight loaded from memory is used `M`
 //!   times (from cache after the first pass). On a CPU with AVX-512 (F, BW, CD, DQ, VL) the
 //!   integer tiles of the `*A8` formats are compiled for it ([`Isa::Auto`]): the operations
