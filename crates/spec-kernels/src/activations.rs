@@ -22,22 +22,34 @@ pub(crate) struct QuantizedRows {
     /// block, the first halves' (blocks 0..8) then the second halves', as a Q6_K superblock's
     /// scales are kept; empty otherwise.
     pub(crate) half_sums: Vec<[i16; 16]>,
-    /// With `interleave`, the quants in [`crate::pack::Storage::Q8_0Groups`]' order (each
+    /// Unless [`Interleave::No`], the quants in [`crate::pack::Storage::Q8_0Groups`]' order (each
     /// row's whole groups of 8 blocks as units holding 4 quants of each block; the blocks after
     /// them as they are), for the tiles that multiply that layout; empty otherwise.
     pub(crate) grouped: Vec<[i8; BLOCK]>,
-    /// With `interleave`, per row and whole group of 8 blocks, `−128 · Σ q` of each block:
+    /// With [`Interleave::BiasedGroups`], per row and whole group of 8 blocks, `−128 · Σ q` of
+    /// each block:
     /// where the stored quants are `q_w + 128`, the integer sums start from these.
     pub(crate) group_offsets: Vec<[i32; GROUP]>,
+}
+
+/// What a product reads of the rounded rows besides the blocks in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Interleave {
+    /// Nothing more (per-block layouts, the portable loop).
+    No,
+    /// [`QuantizedRows::grouped`] (Q4_K and Q6_K superblocks).
+    Groups,
+    /// [`QuantizedRows::grouped`] and [`QuantizedRows::group_offsets`] (`Q8_0Groups`, whose
+    /// quants are stored plus 128).
+    BiasedGroups,
 }
 
 impl QuantizedRows {
     /// Rounds `x` `[m, padded_cols]` (row-major, `padded_cols` a multiple of [`BLOCK`] and of
     /// `group` blocks): each run of `group` blocks shares one step, `max |x| / 127` over the
     /// run (1 block as llama.cpp's Q8_0, 8 as its Q8_K for Q4_K superblocks, whose integer
-    /// sums then need one scaling a superblock). With `interleave`, also fills
-    /// [`QuantizedRows::grouped`].
-    pub(crate) fn new(x: &[f32], padded_cols: usize, group: usize, interleave: bool) -> Self {
+    /// sums then need one scaling a superblock); `interleave` says what else to fill.
+    pub(crate) fn new(x: &[f32], padded_cols: usize, group: usize, interleave: Interleave) -> Self {
         crate::avx2::round_rows(x, padded_cols, group, interleave)
             .unwrap_or_else(|| Self::with(Portable, x, padded_cols, group, interleave))
     }
@@ -50,7 +62,7 @@ impl QuantizedRows {
         x: &[f32],
         padded_cols: usize,
         group: usize,
-        interleave: bool,
+        interleave: Interleave,
     ) -> Self {
         let n = x.len() / BLOCK;
         let blocks = (padded_cols / BLOCK).max(1);
@@ -96,10 +108,13 @@ impl QuantizedRows {
                 half_sums.push(halves);
             }
         }
-        let (grouped, group_offsets) = if interleave {
-            (interleaved(&quants, blocks), offsets(&quants, blocks))
-        } else {
-            (Vec::new(), Vec::new())
+        let grouped = match interleave {
+            Interleave::No => Vec::new(),
+            Interleave::Groups | Interleave::BiasedGroups => interleaved(&quants, blocks),
+        };
+        let group_offsets = match interleave {
+            Interleave::BiasedGroups => offsets(&quants, blocks),
+            Interleave::No | Interleave::Groups => Vec::new(),
         };
         Self {
             quants,
@@ -221,8 +236,9 @@ mod tests {
         let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
         for (padded_cols, group) in [(32 * 18, 1), (32 * 19, 1), (256 * 3, 8)] {
             let x = awkward_rows(padded_cols, 5);
-            let portable = QuantizedRows::with(Portable, &x, padded_cols, group, true);
-            let chosen = QuantizedRows::new(&x, padded_cols, group, true);
+            let interleave = Interleave::BiasedGroups;
+            let portable = QuantizedRows::with(Portable, &x, padded_cols, group, interleave);
+            let chosen = QuantizedRows::new(&x, padded_cols, group, interleave);
             assert_eq!(chosen.quants, portable.quants);
             assert_eq!(bits(&chosen.steps), bits(&portable.steps));
             assert_eq!(bits(&chosen.sums), bits(&portable.sums));

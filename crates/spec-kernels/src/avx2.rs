@@ -20,7 +20,7 @@ mod imp {
 
     use pulp::{NullaryFnOnce, Simd, cast, f32x8, i8x16, i32x8, u8x16, u32x8};
 
-    use crate::activations::{QuantizedRows, RoundOps};
+    use crate::activations::{Interleave, QuantizedRows, RoundOps};
     use crate::pack::{BLOCK, GROUP, PANEL, PackedMatrix, Storage};
 
     pub(crate) fn available() -> bool {
@@ -1123,14 +1123,20 @@ mod imp {
         &all[p * blocks * PANEL..(p + 1) * blocks * PANEL]
     }
 
-    struct Job<'a, 'b> {
-        simd: V3,
+    /// One product's operands (see [`run`]), as the jobs carry them into a SIMD context.
+    struct Product<'a, 'b> {
         mat: &'a PackedMatrix,
         rows: Range<usize>,
         x: &'a [f32],
         int8: Option<&'a QuantizedRows>,
         m: usize,
         outs: &'a mut [&'b mut [f32]],
+    }
+
+    /// Every layout's product, inside `V3` or `V4`.
+    struct Job<'a, 'b> {
+        simd: V3,
+        product: Product<'a, 'b>,
         /// Tiles of two or three panels (see [`tall_tiles`]); only inside `V4`, whose 32
         /// registers hold their 12 to 30 sums.
         tall: bool,
@@ -1143,12 +1149,15 @@ mod imp {
         fn call(self) {
             let Job {
                 simd,
-                mat,
-                rows,
-                x,
-                int8,
-                m,
-                outs,
+                product:
+                    Product {
+                        mat,
+                        rows,
+                        x,
+                        int8,
+                        m,
+                        outs,
+                    },
                 tall,
             } = self;
             let kp = mat.padded_cols();
@@ -1231,13 +1240,19 @@ mod imp {
         let Some(q) = int8 else {
             return crate::scalar::run(mat, rows, cast_slice(x), m, outs);
         };
-        if q.grouped.len() != q.quants.len() || q.group_offsets.len() * GROUP > q.quants.len() {
+        let groups = blocks / GROUP;
+        let offsets = q.group_offsets.len() == q.quants.len() / blocks * groups;
+        let biased = mat.storage.interleave() == Interleave::BiasedGroups;
+        if q.grouped.len() != q.quants.len() || (biased && !offsets) {
             return crate::scalar::run(mat, rows, &q.dequantize(), m, outs);
         }
-        let groups = blocks / GROUP;
         let x_row = move |i: usize| Int8Row {
             quants: &q.grouped[i * blocks..(i + 1) * blocks],
-            group_offsets: &q.group_offsets[i * groups..(i + 1) * groups],
+            // Empty unless the storage's quants are biased (only `Q8Row` reads them).
+            group_offsets: q
+                .group_offsets
+                .get(i * groups..(i + 1) * groups)
+                .unwrap_or(&[]),
             ..int8_row(q, blocks)(i)
         };
         macro_rules! go {
@@ -1303,16 +1318,12 @@ mod imp {
         }
     }
 
-    /// [`grouped_sweep`] with `vpdpbusd`, run inside [`V4Vnni`].
+    /// [`grouped_sweep`] with `vpdpbusd`, run inside [`V4Vnni`] (a job of its own, so that
+    /// the other layouts' tiles are not compiled into that context too).
     struct VnniJob<'a, 'b> {
         simd: V3,
         vnni: Vnni,
-        mat: &'a PackedMatrix,
-        rows: Range<usize>,
-        x: &'a [f32],
-        int8: Option<&'a QuantizedRows>,
-        m: usize,
-        outs: &'a mut [&'b mut [f32]],
+        product: Product<'a, 'b>,
     }
 
     impl NullaryFnOnce for VnniJob<'_, '_> {
@@ -1320,10 +1331,20 @@ mod imp {
 
         #[inline(always)]
         fn call(self) {
-            let x: &[[f32x8; 4]] = cast_slice(self.x);
-            grouped_sweep(
-                self.simd, self.vnni, self.mat, self.rows, x, self.int8, self.m, self.outs,
-            );
+            let VnniJob {
+                simd,
+                vnni,
+                product:
+                    Product {
+                        mat,
+                        rows,
+                        x,
+                        int8,
+                        m,
+                        outs,
+                    },
+            } = self;
+            grouped_sweep(simd, vnni, mat, rows, cast_slice(x), int8, m, outs);
         }
     }
 
@@ -1377,7 +1398,7 @@ mod imp {
         x: &'a [f32],
         padded_cols: usize,
         group: usize,
-        interleave: bool,
+        interleave: Interleave,
     }
 
     impl NullaryFnOnce for RoundJob<'_> {
@@ -1401,7 +1422,7 @@ mod imp {
         x: &[f32],
         padded_cols: usize,
         group: usize,
-        interleave: bool,
+        interleave: Interleave,
     ) -> Option<QuantizedRows> {
         let simd = V3::try_new()?;
         Some(simd.vectorize(RoundJob {
@@ -1545,7 +1566,15 @@ mod imp {
         avx512: bool,
     ) {
         let tall = tall_tiles(mat, m);
-        let grouped = mat.storage.is_grouped();
+        let grouped = mat.storage.interleave() != Interleave::No;
+        let product = Product {
+            mat,
+            rows,
+            x,
+            int8,
+            m,
+            outs,
+        };
         if let (true, true, Some(context), Some(vnni), Some(simd)) = (
             avx512,
             grouped,
@@ -1556,42 +1585,35 @@ mod imp {
             return context.vectorize(VnniJob {
                 simd,
                 vnni: Vnni(vnni),
-                mat,
-                rows,
-                x,
-                int8,
-                m,
-                outs,
+                product,
             });
         }
         if let Some(v4) = V4::try_new().filter(|_| avx512 && (int8.is_some() || tall)) {
             return v4.vectorize(Job {
                 simd: *v4,
-                mat,
-                rows,
-                x,
-                int8,
-                m,
-                outs,
+                product,
                 tall,
             });
         }
-        match V3::try_new() {
-            Some(simd) => simd.vectorize(Job {
-                simd,
+        let Some(simd) = V3::try_new() else {
+            let Product {
                 mat,
                 rows,
                 x,
                 int8,
                 m,
                 outs,
-                tall: false,
-            }),
-            None => match int8 {
+            } = product;
+            return match int8 {
                 Some(q) => crate::scalar::run(mat, rows, &q.dequantize(), m, outs),
                 None => crate::scalar::run(mat, rows, x, m, outs),
-            },
-        }
+            };
+        };
+        simd.vectorize(Job {
+            simd,
+            product,
+            tall: false,
+        })
     }
 }
 
@@ -1610,7 +1632,7 @@ mod imp {
         _x: &[f32],
         _padded_cols: usize,
         _group: usize,
-        _interleave: bool,
+        _interleave: crate::activations::Interleave,
     ) -> Option<QuantizedRows> {
         None
     }

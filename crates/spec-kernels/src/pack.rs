@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use half::bf16;
 
-use crate::activations::QuantizedRows;
+use crate::activations::{Interleave, QuantizedRows};
 use crate::error::KernelError;
 use crate::team::Team;
 use crate::{Exec, Isa, avx2, scalar};
@@ -335,13 +335,16 @@ pub(crate) enum Storage {
 }
 
 impl Storage {
-    /// Whether the blocks are stored in groups of [`GROUP`] whose units hold 4 quants of each
-    /// (`Q8_0Groups`, `Q4K`, `Q6K`): the products then read `x` rounded and interleaved alike.
-    pub(crate) fn is_grouped(&self) -> bool {
-        matches!(
-            self,
-            Self::Q8_0Groups { .. } | Self::Q4K { .. } | Self::Q6K { .. }
-        )
+    /// What the SIMD products read of `x` rounded besides its blocks: for blocks stored in
+    /// groups of [`GROUP`] whose units hold 4 quants of each (`Q4K`, `Q6K`, `Q8_0Groups`), `x`
+    /// interleaved alike, and for `Q8_0Groups`, whose quants are stored plus 128, the groups'
+    /// offsets too.
+    pub(crate) fn interleave(&self) -> Interleave {
+        match self {
+            Self::Q8_0Groups { .. } => Interleave::BiasedGroups,
+            Self::Q4K { .. } | Self::Q6K { .. } => Interleave::Groups,
+            _ => Interleave::No,
+        }
     }
 }
 
@@ -695,7 +698,8 @@ impl PackedMatrix {
         for (dst, src) in padded.chunks_exact_mut(kp).zip(x.chunks_exact(k.max(1))) {
             dst[..k].copy_from_slice(src);
         }
-        let rounded = QuantizedRows::new(&padded, kp, self.activation_group(), false).dequantize();
+        let rounded =
+            QuantizedRows::new(&padded, kp, self.activation_group(), Interleave::No).dequantize();
         rounded
             .chunks_exact(kp)
             .flat_map(|row| row[..k].iter().copied())
@@ -758,7 +762,11 @@ impl PackedMatrix {
         // The *A8 formats multiply x rounded to int8; the portable loop multiplies the same
         // rounded values as f32.
         let simd = exec.isa != Isa::Scalar && avx2::available();
-        let interleave = simd && self.storage.is_grouped();
+        let interleave = if simd {
+            self.storage.interleave()
+        } else {
+            Interleave::No
+        };
         let int8 = self
             .format
             .rounds_activations()
