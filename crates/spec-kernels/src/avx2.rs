@@ -48,15 +48,32 @@ mod imp {
     /// consume few bytes per cycle, to cover memory latency.
     const PREFETCH_AHEAD_BYTES: usize = 4096;
 
+    /// How far ahead the grouped tiles ([`tile_grouped`]) ask for their panels' weights, and
+    /// only into L2 ([`L2`]): 8 KB of each panel. The tiles of several rows of `x` read `x`
+    /// from L1, and for long rows (the 1.5B's down projection, 8960 inputs: 35 KB at 4 rows)
+    /// from L2; weights hinted into L1 as well left them waiting behind the weights' misses to
+    /// memory. On a 1.5B-sized product streamed from memory by both cores, against 4 KB into
+    /// L1: 1536 × 8960 at 4 rows 66 → 101 G multiply-adds a second, 8960 × 1536 105 → 122,
+    /// one row 29 → 37 and 33 → 38 (docs/benchmarks.md, twenty-first session).
+    const GROUPED_PREFETCH_AHEAD_BYTES: usize = 8192;
+
+    /// `_mm_prefetch` hints: into L1, or into L2 only.
+    const L1: i32 = core::arch::x86_64::_MM_HINT_T0;
+    const L2: i32 = core::arch::x86_64::_MM_HINT_T1;
+
     /// Hints the cache lines of the `bytes` bytes from `start` into L1. Only an address: nothing
     /// is read, so a hint past the end of the weights is harmless.
     #[inline(always)]
     fn prefetch_lines(simd: V3, start: *const u8, bytes: usize) {
+        prefetch_lines_into::<L1>(simd, start, bytes);
+    }
+
+    /// [`prefetch_lines`] into the cache level of `HINT` ([`L1`] or [`L2`]).
+    #[inline(always)]
+    fn prefetch_lines_into<const HINT: i32>(simd: V3, start: *const u8, bytes: usize) {
         for line in (0..bytes).step_by(64) {
             simd.sse
-                ._mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
-                    start.wrapping_add(line).cast(),
-                );
+                ._mm_prefetch::<HINT>(start.wrapping_add(line).cast());
         }
     }
 
@@ -65,14 +82,25 @@ mod imp {
     /// block fill a line every 8 blocks, Q4's 16 bytes every 4).
     #[inline(always)]
     fn prefetch_quantized<Q, S>(simd: V3, quants: &[Q], side: &[S], b: usize) {
-        prefetch_lines(
+        prefetch_quantized_into::<L1, Q, S>(simd, quants, side, b);
+    }
+
+    /// [`prefetch_quantized`] into the cache level of `HINT`.
+    #[inline(always)]
+    fn prefetch_quantized_into<const HINT: i32, Q, S>(
+        simd: V3,
+        quants: &[Q],
+        side: &[S],
+        b: usize,
+    ) {
+        prefetch_lines_into::<HINT>(
             simd,
             quants.as_ptr().wrapping_add(b * PANEL).cast(),
             PANEL * size_of::<Q>(),
         );
         let blocks_a_line = (64 / (PANEL * size_of::<S>())).max(1);
         if b.is_multiple_of(blocks_a_line) {
-            prefetch_lines(simd, side.as_ptr().wrapping_add(b * PANEL).cast(), 64);
+            prefetch_lines_into::<HINT>(simd, side.as_ptr().wrapping_add(b * PANEL).cast(), 64);
         }
     }
 
@@ -640,6 +668,8 @@ mod imp {
         /// Whether [`IntDot::group_dot`] multiplies the stored quants as they are (`q + 128`),
         /// so that a group's sums start from `x`'s `−128 · Σ q` instead of zero.
         const BIASED: bool;
+        /// Whether grouped tiles may take two panels ([`Tiles::TALL`]).
+        const TALL: bool = false;
         /// What [`IntDot::group_dot`] needs of a unit of stored quants (`q + 128`).
         type Unit: Copy;
         fn unit(self, simd: V3, stored: __m256i) -> Self::Unit;
@@ -708,6 +738,7 @@ mod imp {
 
     impl IntDot for Vnni {
         const BIASED: bool = true;
+        const TALL: bool = true;
         type Unit = __m256i;
 
         #[inline(always)]
@@ -786,9 +817,14 @@ mod imp {
 
         #[inline(always)]
         fn prefetch(self, simd: V3, g: usize) {
-            let ahead = PREFETCH_AHEAD_BYTES / <Self as Row>::PANEL_BLOCK_BYTES;
+            let ahead = GROUPED_PREFETCH_AHEAD_BYTES / <Self as Row>::PANEL_BLOCK_BYTES;
             for t in 0..GROUP {
-                Row::prefetch(self, simd, g * GROUP + t + ahead);
+                prefetch_quantized_into::<L2, _, _>(
+                    simd,
+                    self.quants,
+                    self.scales,
+                    g * GROUP + t + ahead,
+                );
             }
         }
 
@@ -858,10 +894,10 @@ mod imp {
         s: usize,
     ) {
         let ahead = (s + SUPER_AHEAD) * bytes;
-        prefetch_lines(simd, data.as_ptr().cast::<u8>().wrapping_add(ahead), bytes);
+        prefetch_lines_into::<L2>(simd, data.as_ptr().cast::<u8>().wrapping_add(ahead), bytes);
         let side = (s + SUPER_AHEAD) * PANEL;
-        prefetch_lines(simd, scales.as_ptr().wrapping_add(side).cast(), 1);
-        prefetch_lines(simd, steps.as_ptr().wrapping_add(side).cast(), 1);
+        prefetch_lines_into::<L2>(simd, scales.as_ptr().wrapping_add(side).cast(), 1);
+        prefetch_lines_into::<L2>(simd, steps.as_ptr().wrapping_add(side).cast(), 1);
     }
 
     impl GroupRow for Q4KRow<'_> {
@@ -931,7 +967,7 @@ mod imp {
         fn prefetch(self, simd: V3, s: usize) {
             prefetch_superblock(simd, self.lows, 4 * PANEL * 32, self.scales, self.steps, s);
             let ahead = (s + SUPER_AHEAD) * 2 * PANEL;
-            prefetch_lines(
+            prefetch_lines_into::<L2>(
                 simd,
                 self.highs.as_ptr().wrapping_add(ahead).cast(),
                 2 * PANEL * 32,
@@ -985,8 +1021,8 @@ mod imp {
         }
     }
 
-    /// How many superblocks ahead a tile asks for its panels' weights: 4 KB of nibbles.
-    const SUPER_AHEAD: usize = PREFETCH_AHEAD_BYTES / (4 * PANEL * 32);
+    /// How many superblocks ahead a tile asks for its panels' weights: 8 KB of nibbles.
+    const SUPER_AHEAD: usize = GROUPED_PREFETCH_AHEAD_BYTES / (4 * PANEL * 32);
 
     /// Grouped rows against int8 rows of `x` interleaved the same way ([`tile_grouped`]).
     #[derive(Clone, Copy)]
@@ -995,6 +1031,7 @@ mod imp {
     impl<'x, W: GroupRow, D: IntDot> Tiles for Grouped<'x, W, D> {
         type W = W;
         type X = Int8Row<'x>;
+        const TALL: bool = D::TALL;
 
         #[inline(always)]
         fn tile<const RR: usize, const M: usize>(
@@ -1185,7 +1222,7 @@ mod imp {
                     widened_sweep(simd, tall, row, rows, x, blocks, m, outs);
                 }
                 Storage::Q8_0Groups { .. } => {
-                    grouped_sweep(simd, PairSums, mat, rows, x, int8, m, outs);
+                    grouped_sweep::<_, 0>(simd, PairSums, mat, rows, x, int8, m, outs);
                 }
                 Storage::Q4 { quants, params } => {
                     let quants: &[[u64; 2]] = cast_slice(quants);
@@ -1214,7 +1251,7 @@ mod imp {
                     integer_sweep(simd, tall, row, rows, x, int8, blocks, m, outs);
                 }
                 Storage::Q4K { .. } | Storage::Q6K { .. } => {
-                    grouped_sweep(simd, PairSums, mat, rows, x, int8, m, outs);
+                    grouped_sweep::<_, 0>(simd, PairSums, mat, rows, x, int8, m, outs);
                 }
             }
         }
@@ -1226,7 +1263,7 @@ mod imp {
     /// loop multiplies `x` as given.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    fn grouped_sweep<D: IntDot>(
+    fn grouped_sweep<D: IntDot, const M: usize>(
         simd: V3,
         dot: D,
         mat: &PackedMatrix,
@@ -1246,20 +1283,24 @@ mod imp {
         if q.grouped.len() != q.quants.len() || (biased && !offsets) {
             return crate::scalar::run(mat, rows, &q.dequantize(), m, outs);
         }
-        let x_row = move |i: usize| Int8Row {
-            quants: &q.grouped[i * blocks..(i + 1) * blocks],
-            // Empty unless the storage's quants are biased (only `Q8Row` reads them).
-            group_offsets: q
-                .group_offsets
-                .get(i * groups..(i + 1) * groups)
-                .unwrap_or(&[]),
-            ..int8_row(q, blocks)(i)
-        };
+        // Built once: a tile then copies its rows of `x` instead of calling a closure per row
+        // (which the compiler kept out of line).
+        let x_rows: Vec<Int8Row<'_>> = (0..m)
+            .map(|i| Int8Row {
+                quants: &q.grouped[i * blocks..(i + 1) * blocks],
+                // Empty unless the storage's quants are biased (only `Q8Row` reads them).
+                group_offsets: q
+                    .group_offsets
+                    .get(i * groups..(i + 1) * groups)
+                    .unwrap_or(&[]),
+                ..int8_row(q, blocks)(i)
+            })
+            .collect();
+        let x_row = |i: usize| x_rows[i];
         macro_rules! go {
             ($row:expr) => {
-                sweep(
+                grouped_tiles::<_, M>(
                     simd,
-                    false,
                     Grouped(dot, PhantomData),
                     $row,
                     rows,
@@ -1318,15 +1359,106 @@ mod imp {
         }
     }
 
-    /// [`grouped_sweep`] with `vpdpbusd`, run inside [`V4Vnni`] (a job of its own, so that
-    /// the other layouts' tiles are not compiled into that context too).
-    struct VnniJob<'a, 'b> {
+    /// The grouped tiles for exactly `M` rows of `x`, 1 to [`GROUPED_JOB_MAX_ROWS`]: one
+    /// tile of one panel × all `M` rows, so each weight vector streamed from memory serves every
+    /// row. `M` 0 is any `m`: with `vpdpbusd` ([`Tiles::TALL`]) tiles of two panels × 4 rows,
+    /// else [`sweep`]'s tiles for 16 registers. With `vpdpbusd` each `M` is a job of its own
+    /// ([`VnniJob`]), so it compiles only its own tile shapes: compiled into one function, each
+    /// shape ran slower for the others' presence (docs/benchmarks.md, twenty-first session).
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn grouped_tiles<T: Tiles, const M: usize>(
+        simd: V3,
+        tiles: T,
+        row: impl Fn(usize) -> T::W,
+        rows: Range<usize>,
+        x_row: impl Fn(usize) -> T::X,
+        blocks: usize,
+        m: usize,
+        outs: &mut [&mut [f32]],
+    ) {
+        debug_assert!(M == 0 || M == m);
+        if M > 0 {
+            panels::<T, PANEL, M, M>(simd, tiles, row, rows, x_row, blocks, m, outs)
+        } else if T::TALL {
+            panels::<T, { 2 * PANEL }, 4, 1>(simd, tiles, row, rows, x_row, blocks, m, outs)
+        } else {
+            sweep(simd, false, tiles, row, rows, x_row, blocks, m, outs)
+        }
+    }
+
+    /// Tiles of `RR` weight rows (then 2, then 1 for the rows left) × `MT` rows of `x` while
+    /// `MT` are left, then `REST` at a time (`REST` divides what is left), every row of `x`
+    /// against a panel before the next panel.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn panels<T: Tiles, const RR: usize, const MT: usize, const REST: usize>(
+        simd: V3,
+        tiles: T,
+        row: impl Fn(usize) -> T::W,
+        rows: Range<usize>,
+        x_row: impl Fn(usize) -> T::X,
+        blocks: usize,
+        m: usize,
+        outs: &mut [&mut [f32]],
+    ) {
+        let start = rows.start;
+        let mut r = start;
+        macro_rules! x_tiles {
+            ($rr:literal) => {{
+                let mut i = 0;
+                while m - i >= MT {
+                    run_tile::<T, $rr, MT>(
+                        simd,
+                        tiles,
+                        &row,
+                        r,
+                        r - start,
+                        i,
+                        &x_row,
+                        blocks,
+                        outs,
+                    );
+                    i += MT;
+                }
+                while i < m {
+                    run_tile::<T, $rr, REST>(
+                        simd,
+                        tiles,
+                        &row,
+                        r,
+                        r - start,
+                        i,
+                        &x_row,
+                        blocks,
+                        outs,
+                    );
+                    i += REST;
+                }
+                r += $rr;
+            }};
+        }
+        while RR == 2 * PANEL && rows.end - r >= 2 * PANEL {
+            x_tiles!(4);
+        }
+        while rows.end - r >= 2 {
+            x_tiles!(2);
+        }
+        while r < rows.end {
+            x_tiles!(1);
+        }
+    }
+
+    /// [`grouped_sweep`] with `vpdpbusd` for `M` rows of `x` (0: more than
+    /// [`GROUPED_JOB_MAX_ROWS`]), run inside [`V4Vnni`]: a job of its own, so that neither the
+    /// other layouts' tiles nor the other row counts' are compiled into its function.
+    struct VnniJob<'a, 'b, const M: usize> {
         simd: V3,
         vnni: Vnni,
         product: Product<'a, 'b>,
     }
 
-    impl NullaryFnOnce for VnniJob<'_, '_> {
+    impl<const M: usize> NullaryFnOnce for VnniJob<'_, '_, M> {
         type Output = ();
 
         #[inline(always)]
@@ -1344,7 +1476,7 @@ mod imp {
                         outs,
                     },
             } = self;
-            grouped_sweep(simd, vnni, mat, rows, cast_slice(x), int8, m, outs);
+            grouped_sweep::<_, M>(simd, vnni, mat, rows, cast_slice(x), int8, m, outs);
         }
     }
 
@@ -1511,6 +1643,10 @@ mod imp {
         }
     }
 
+    /// The most rows of `x` that a grouped product with `vpdpbusd` takes in one tile (a job of
+    /// its own for each count, see [`grouped_tiles`]).
+    const GROUPED_JOB_MAX_ROWS: usize = 8;
+
     /// The most rows of `x` (a verification of K = 4) that f32's tall tiles take in three
     /// panels: against two, the 1.5B's f32 products took 0.87–0.94 of the time at 4 and 5 rows
     /// (`bench-forward`: forward(4) and forward(5) 0.86–0.97), 0.97–1.0 at 6 to 16, and a
@@ -1582,11 +1718,30 @@ mod imp {
             Avx512vnni::try_new(),
             V3::try_new(),
         ) {
-            return context.vectorize(VnniJob {
-                simd,
-                vnni: Vnni(vnni),
-                product,
-            });
+            let vnni = Vnni(vnni);
+            macro_rules! job {
+                ($m:literal) => {
+                    context.vectorize(VnniJob::<$m> {
+                        simd,
+                        vnni,
+                        product,
+                    })
+                };
+            }
+            return match m {
+                1 => job!(1),
+                2 => job!(2),
+                3 => job!(3),
+                4 => job!(4),
+                5 => job!(5),
+                6 => job!(6),
+                7 => job!(7),
+                8 => job!(8),
+                _ => {
+                    debug_assert!(m > GROUPED_JOB_MAX_ROWS);
+                    job!(0)
+                }
+            };
         }
         if let Some(v4) = V4::try_new().filter(|_| avx512 && (int8.is_some() || tall)) {
             return v4.vectorize(Job {

@@ -292,8 +292,9 @@ proptest! {
 /// step of one row does, and on a prompt's passes agreeing with it. Every tile shape (1 to 5
 /// rows of `x`; one panel, and where AVX-512 is there two or three panels from a few rows on,
 /// f32 and bf16 once the rows fill 24 KB: here from 3), the grouped layouts (whole groups of 8
-/// blocks, and for `q8_0-a8` the 2 blocks after them: k 2112; superblocks at k 2048) and the
-/// threaded split are covered by `m` in 1..=16, a few longer passes and the odd `n`.
+/// blocks, and for `q8_0-a8` the 2 blocks after them: k 2112; superblocks at k 2048; with VNNI
+/// one tile of all rows up to 8, then two panels × 4 rows and single rows for the rest) and
+/// the threaded split are covered by `m` in 1..=16, a few longer passes and the odd `n`.
 #[test]
 fn a_row_does_not_depend_on_the_others() {
     let (n, k, k_super, most) = (203, 2112, 2048, 64);
