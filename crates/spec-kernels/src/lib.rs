@@ -23,9 +23,12 @@
 //!   (4 weight rows × 3 to 5 rows of `x`; for f32 at up to 5 rows three panels, 6 weight rows)
 //!   where several rows of `x` no longer fit in L1 beside a panel (f32 and bf16 from 24 KB of
 //!   `x`, Q4 from 3 rows, Q8_0 from 16), so each vector of `x` read serves two or three times
-//!   the multiply-adds;
+//!   the multiply-adds. The grouped integer layouts with VNNI run one job per row count up to
+//!   8, each a tile of one panel × all the rows, and tiles of two panels × 4 rows beyond;
 //! - tiles ask for their weights 4 KB of a panel ahead (`prefetcht0`; for f32 only from two
-//!   rows of `x` on), which measured faster for Q8_0 and bf16 at every row count;
+//!   rows of `x` on), which measured faster for Q8_0 and bf16 at every row count; the grouped
+//!   tiles 8 KB ahead into L2 only (`prefetcht1`), so that rows of `x` read from L2 do not
+//!   wait behind the weights' misses to memory;
 //! - the output rows are split into blocks run by the calling thread and helper threads that spin
 //!   between jobs (`team`; as many threads as rayon's global pool), since a decode step is
 //!   hundreds of products of tens of microseconds each and waking a sleeping worker costs about
