@@ -514,6 +514,8 @@ struct DraftBound {
 #[derive(Debug, Clone, Serialize)]
 struct Machine {
     cpu: String,
+    /// The instruction set of the CPU products (`spec_kernels::instruction_set`).
+    kernels: String,
     cores: usize,
     memory_bytes: Option<u64>,
     os: String,
@@ -1141,13 +1143,14 @@ fn render_markdown(report: &Report, categories: &[String]) -> String {
     let _ = writeln!(s, "# spec bench — {}\n", report.started_utc);
     let _ = writeln!(
         s,
-        "- machine: {} ({} cores{}), {}; backend {}; GPU: {}",
+        "- machine: {} ({} cores{}), {}; kernels {}; backend {}; GPU: {}",
         m.cpu,
         m.cores,
         m.memory_bytes
             .map(|b| format!(", {:.1} GiB", b as f64 / (1u64 << 30) as f64))
             .unwrap_or_default(),
         m.os,
+        m.kernels,
         m.backend,
         m.gpu.as_deref().unwrap_or("none")
     );
@@ -1438,14 +1441,20 @@ fn read_status_kib(field: &str) -> Option<u64> {
 
 fn machine_info(backend: BackendName) -> Machine {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let cpu = cpuinfo
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("model name")
-                .and_then(|r| r.split_once(':'))
+    let field = |name: &str| {
+        cpuinfo.lines().find_map(|l| {
+            l.split_once(':')
+                .filter(|(key, _)| key.trim() == name)
                 .map(|(_, v)| v.trim().to_owned())
         })
-        .unwrap_or_else(|| std::env::consts::ARCH.to_owned());
+    };
+    let cpu = field("model name").unwrap_or_else(|| std::env::consts::ARCH.to_owned());
+    // A virtual machine may name only the vendor's line ("AMD EPYC"); family and model tell
+    // its generations apart.
+    let cpu = match (field("cpu family"), field("model")) {
+        (Some(family), Some(model)) => format!("{cpu} (family {family}, model {model})"),
+        _ => cpu,
+    };
     let memory_bytes = std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|m| {
@@ -1475,6 +1484,7 @@ fn machine_info(backend: BackendName) -> Machine {
         .filter(|s| !s.is_empty());
     Machine {
         cpu,
+        kernels: spec_kernels::instruction_set().to_owned(),
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         memory_bytes,
         os,
@@ -1885,6 +1895,7 @@ mod tests {
             command: vec![],
             machine: Machine {
                 cpu: "cpu".into(),
+                kernels: "AVX2 + FMA".into(),
                 cores: 2,
                 memory_bytes: None,
                 os: "os".into(),

@@ -85,6 +85,8 @@ struct ForwardReport {
     /// The machine's read bandwidth, GB/s: the mean of probes just before and just after this
     /// format's decode, so that the ratio to the bound holds on a machine whose speed drifts.
     read_gb_per_second: f64,
+    /// The instruction set the products ran on (`spec_kernels::instruction_set`).
+    kernels: &'static str,
 }
 
 pub(crate) fn run(args: &BenchForwardArgs) -> Result<()> {
@@ -106,11 +108,12 @@ pub(crate) fn run(args: &BenchForwardArgs) -> Result<()> {
     let probe = BandwidthProbe::new();
     if !args.json {
         println!(
-            "model {}, {} timed runs a point, {} tokens of context; read bandwidth {:.1} GB/s \
-             now (each bound uses probes just before and after that format's decode)",
+            "model {}, {} timed runs a point, {} tokens of context; kernels {}; read bandwidth \
+             {:.1} GB/s now (each bound uses probes just before and after that format's decode)",
             args.model,
             args.reps,
             args.context,
+            spec_kernels::instruction_set(),
             probe.measure() / 1e9
         );
         let columns: String = rows.iter().map(|n| format!(" n={n} |")).collect();
@@ -167,6 +170,7 @@ pub(crate) fn run(args: &BenchForwardArgs) -> Result<()> {
             bandwidth_bound_tokens_per_second: bandwidth / bytes,
             weight_bytes: bytes as u64,
             read_gb_per_second: bandwidth / 1e9,
+            kernels: spec_kernels::instruction_set(),
         };
         if args.json {
             println!("{}", serde_json::to_string(&report)?);

@@ -60,9 +60,11 @@ fn main() -> Result<(), Box<dyn Error>> {
     drop(raw);
     let bytes: usize = products.iter().map(|(_, m)| m.stored_bytes()).sum();
     println!(
-        "{model}, {format:?}: {} products, {:.2} GB stored; {rounds} rounds after a warm-up",
+        "{model}, {format:?}: {} products, {:.2} GB stored; kernels {}; {rounds} rounds after a \
+         warm-up",
         products.len(),
-        bytes as f64 / 1e9
+        bytes as f64 / 1e9,
+        spec_kernels::instruction_set()
     );
 
     let widest = products

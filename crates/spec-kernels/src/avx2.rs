@@ -27,6 +27,19 @@ mod imp {
         V3::is_available()
     }
 
+    /// Which tiles [`run`] takes with `avx512` on this CPU (see [`crate::instruction_set`]).
+    pub(crate) fn instruction_set() -> &'static str {
+        if V3::try_new().is_none() {
+            "portable"
+        } else if V4::try_new().is_none() {
+            "AVX2 + FMA"
+        } else if V4Vnni::try_new().is_some() && Avx512vnni::try_new().is_some() {
+            "AVX-512 with VNNI"
+        } else {
+            "AVX-512"
+        }
+    }
+
     /// A weight row as 32-weight blocks, each read as four f32 vectors of 8 consecutive weights.
     trait Row: Copy {
         /// Weights `32 b + 8 j .. 32 b + 8 j + 8` widened to f32, `j < 4`.
@@ -1783,6 +1796,10 @@ mod imp {
         false
     }
 
+    pub(crate) fn instruction_set() -> &'static str {
+        "portable"
+    }
+
     pub(crate) fn round_rows(
         _x: &[f32],
         _padded_cols: usize,
@@ -1808,4 +1825,4 @@ mod imp {
     }
 }
 
-pub(crate) use imp::{available, round_rows, run};
+pub(crate) use imp::{available, instruction_set, round_rows, run};

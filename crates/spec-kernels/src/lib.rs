@@ -129,6 +129,13 @@ impl Default for Exec {
     }
 }
 
+/// The instruction set the products run on with [`Isa::Auto`] on this CPU: `AVX-512 with
+/// VNNI`, `AVX-512`, `AVX2 + FMA` or `portable`. The tiles, and so the speed of each format
+/// and row count, differ between them; reports name it beside their figures.
+pub fn instruction_set() -> &'static str {
+    avx2::instruction_set()
+}
+
 /// Runs `job(0)`, …, `job(parts - 1)` on the kernels' threads (the caller and helpers that spin
 /// between jobs; sized like rayon's global pool) and returns when all are done. Meant for the
 /// short parallel loops of a decode step besides the products, such as attention over heads.
