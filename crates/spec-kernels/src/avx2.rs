@@ -33,7 +33,7 @@ mod imp {
             "portable"
         } else if V4::try_new().is_none() {
             "AVX2 + FMA"
-        } else if V4Vnni::try_new().is_some() && Avx512vnni::try_new().is_some() {
+        } else if vnni().is_some() {
             "AVX-512 with VNNI"
         } else {
             "AVX-512"
@@ -768,6 +768,13 @@ mod imp {
         fn dot(self, _simd: V3, acc: __m256i, unsigned: __m256i, signed: __m256i) -> __m256i {
             self.dpbusd(acc, unsigned, signed)
         }
+    }
+
+    /// The context and the instruction the grouped tiles take `vpdpbusd` in, where the CPU
+    /// has AVX512-VNNI (with AVX-512's F, BW, CD, DQ and VL): what [`run`] dispatches on and
+    /// [`instruction_set`] reports.
+    fn vnni() -> Option<(V4Vnni, Vnni)> {
+        Some((V4Vnni::try_new()?, Vnni(Avx512vnni::try_new()?)))
     }
 
     pulp::simd_type! {
@@ -1724,14 +1731,9 @@ mod imp {
             m,
             outs,
         };
-        if let (true, true, Some(context), Some(vnni), Some(simd)) = (
-            avx512,
-            grouped,
-            V4Vnni::try_new(),
-            Avx512vnni::try_new(),
-            V3::try_new(),
-        ) {
-            let vnni = Vnni(vnni);
+        if let (true, true, Some((context, vnni)), Some(simd)) =
+            (avx512, grouped, vnni(), V3::try_new())
+        {
             macro_rules! job {
                 ($m:literal) => {
                     context.vectorize(VnniJob::<$m> {

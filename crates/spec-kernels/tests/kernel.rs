@@ -647,20 +647,17 @@ fn instruction_set_names_what_the_cpu_has() {
     );
     #[cfg(target_arch = "x86_64")]
     {
-        let avx512 = ["avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"];
-        let has = |f: &str| match f {
-            "avx512f" => std::arch::is_x86_feature_detected!("avx512f"),
-            "avx512bw" => std::arch::is_x86_feature_detected!("avx512bw"),
-            "avx512cd" => std::arch::is_x86_feature_detected!("avx512cd"),
-            "avx512dq" => std::arch::is_x86_feature_detected!("avx512dq"),
-            "avx512vl" => std::arch::is_x86_feature_detected!("avx512vl"),
-            _ => std::arch::is_x86_feature_detected!("avx512vnni"),
-        };
+        let avx512 = std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512cd")
+            && std::arch::is_x86_feature_detected!("avx512dq")
+            && std::arch::is_x86_feature_detected!("avx512vl");
+        let vnni = std::arch::is_x86_feature_detected!("avx512vnni");
         let expected = if !spec_kernels::simd_available() {
             "portable"
-        } else if !avx512.iter().all(|f| has(f)) {
+        } else if !avx512 {
             "AVX2 + FMA"
-        } else if has("avx512vnni") {
+        } else if vnni {
             "AVX-512 with VNNI"
         } else {
             "AVX-512"
