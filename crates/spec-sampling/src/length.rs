@@ -19,8 +19,10 @@ pub enum DraftLength {
     /// probability (softmax of its raw logits, whatever the sampling settings) is below
     /// `threshold`, a sign the next draft would likely be rejected.
     Confident { max: usize, threshold: f64 },
-    /// `K ∈ 1..=max` chosen each step from the run's estimates of `α`, the draft's cost and the
-    /// verification's cost by width ([`AutoLength::choose`]); now and then a plain step.
+    /// `K ∈ 0..=max` chosen each step from the run's estimates of `α`, the draft's cost and the
+    /// verification's cost by width ([`AutoLength::choose`]): 0, a plain step, where no draft
+    /// length is expected to beat plain decoding, with a probe of the best `K ≥ 1` now and then;
+    /// and a plain step now and then to measure one.
     Auto { max: usize },
 }
 
@@ -92,16 +94,32 @@ impl DraftLength {
 /// policy picked `K` 7 where `K` 2 or 3 was faster. A one-token step is asked for every
 /// [`WidthCosts::REFRESH`] steps (`choose` returns 0: a plain step), since a draft-model step is
 /// never that narrow otherwise and `t(1)` is the unit of every ratio.
+///
+/// `K` 0 is a candidate too: a plain step yields one token for one step (`E[τ] = 1`, cost
+/// `r(1) = 1`), so where every `K ≥ 1` is expected to yield less per unit of time (a draft
+/// nearly as slow as the target, a low `α`, or a steep `r`) the policy decodes plainly instead
+/// of slowing the run down. Plain steps test no drafts, so `α` would never change again: after
+/// a run of plain steps the best `K ≥ 1` is tried once (a probe), which refreshes `α`, `c` and
+/// `r`. A probe is expected to cost `K·c + r(K + 1) − E[τ]` steps more than plain decoding of
+/// the same tokens, so the run before it is that loss over [`AutoLength::PROBE_SHARE`] (probes
+/// take about that share of a plain run's time), within [`AutoLength::PROBE_WAIT`]: probes of a
+/// pair near break-even come often, those of a draft far too slow for its target seldom.
 #[derive(Debug, Clone, Default)]
 pub struct AutoLength {
     acceptance: AcceptanceRate,
     draft_token_seconds: Option<f64>,
     target: WidthCosts,
+    /// One-token target steps since the last wider one.
+    plain_run: usize,
 }
 
 impl AutoLength {
     /// The weight of a new time measurement in the draft's moving average.
     const TIME_WEIGHT: f64 = 0.2;
+    /// The share of a plain run's time that probes are expected to take (see [`AutoLength`]).
+    pub const PROBE_SHARE: f64 = 0.05;
+    /// The fewest and the most plain steps in a row before a probe.
+    pub const PROBE_WAIT: (usize, usize) = (8, 64);
 
     /// Records a verified step: `accepted` of `drafted` drafts in a chain.
     pub fn record_step(&mut self, drafted: usize, accepted: usize) {
@@ -122,6 +140,7 @@ impl AutoLength {
     /// Records the time of one target step that scored `width` tokens (drafts + 1).
     pub fn record_target(&mut self, width: usize, seconds: f64) {
         self.target.record(width, seconds);
+        self.plain_run = if width == 1 { self.plain_run + 1 } else { 0 };
     }
 
     /// The smoothed acceptance rate.
@@ -153,17 +172,32 @@ impl AutoLength {
     }
 
     /// The draft length for the next step: 0 when a one-token step is due, otherwise the `K ∈
-    /// 1..=k_max` maximizing `E[τ] / (K·c + r(K + 1))` once `c` is known, before that
-    /// `min(DEFAULT_K, k_max)`.
+    /// 0..=k_max` maximizing `E[τ] / (K·c + r(K + 1))` once `c` is known (0 being a plain step,
+    /// whose value is 1), or the best `K ≥ 1` when a probe is due (see [`AutoLength`]); before
+    /// `c` is known, `min(DEFAULT_K, k_max)`.
     pub fn choose(&self, k_max: usize) -> usize {
         if self.target.wants_one_token_step() {
             return 0;
         }
-        match self.cost_ratio() {
-            Some(c) => best_length_by(self.alpha(), 1, k_max.max(1), |k| {
-                k as f64 * c + self.target.relative(k + 1)
-            }),
-            None => DEFAULT_K.min(k_max).max(1),
+        let Some(c) = self.cost_ratio() else {
+            return DEFAULT_K.min(k_max).max(1);
+        };
+        let alpha = self.alpha();
+        let cost = |k: usize| k as f64 * c + self.target.relative(k + 1);
+        let best = best_length_by(alpha, 0, k_max, cost);
+        if best > 0 {
+            return best;
+        }
+        let probe = best_length_by(alpha, 1, k_max.max(1), cost);
+        let loss = cost(probe) - expected_tokens(alpha, probe);
+        let (fewest, most) = Self::PROBE_WAIT;
+        let wait = (loss / Self::PROBE_SHARE)
+            .ceil()
+            .clamp(fewest as f64, most as f64);
+        if self.plain_run as f64 >= wait {
+            probe
+        } else {
+            0
         }
     }
 }
@@ -184,12 +218,106 @@ mod tests {
         auto.record_target(1, 0.1);
         assert!((auto.cost_ratio().unwrap_or(0.0) - 0.01).abs() < 1e-12);
         assert_eq!(auto.choose(8), 8);
-        // A draft as slow as the target is never worth more than one token.
+        // A draft as slow as the target whose drafts are all rejected: plain steps pay more.
         for _ in 0..50 {
             auto.record_draft(0.1);
             auto.record_step(1, 0);
         }
-        assert_eq!(auto.choose(8), 1);
+        assert_eq!(auto.choose(8), 0);
+    }
+
+    /// Where no draft length beats plain decoding, `auto` decodes plainly, trying the best `K`
+    /// again after a run of plain steps; once the probes show drafts paying, it drafts every
+    /// step again.
+    #[test]
+    fn decodes_plainly_where_drafting_loses_and_probes_now_and_then() {
+        let mut auto = AutoLength::default();
+        // c 0.2, α 0.3 and a verification as costly as r(w) = 1 + 0.5 (w − 1) (the 4-bit
+        // 1.5B's on an AVX2-only CPU): every K ≥ 1 expects less than a plain step's one token
+        // a step.
+        for _ in 0..100 {
+            auto.record_step(2, 0);
+            auto.record_step(2, 1);
+            auto.record_step(3, 0);
+        }
+        auto.record_draft(0.02);
+        auto.record_target(1, 0.1);
+        auto.record_target(3, 0.2);
+        let alpha = auto.alpha();
+        assert!((0.2..0.4).contains(&alpha), "α {alpha}");
+        assert!((auto.width_costs().slope() - 0.5).abs() < 1e-9);
+        let value = |k: usize| expected_tokens(alpha, k) / (k as f64 * 0.2 + 1.0 + 0.5 * k as f64);
+        assert!((1..=8).all(|k| value(k) < 1.0));
+
+        // A probe of K 1 is expected to lose 0.2 + 1.5 − (1 + α) ≈ 0.4 steps: about 8 plain
+        // steps at 5% each.
+        let wait = ((0.7 - alpha) / AutoLength::PROBE_SHARE).ceil() as usize;
+        assert!((8..=10).contains(&wait));
+        let mut chosen = Vec::new();
+        for _ in 0..3 * wait {
+            let k = auto.choose(8);
+            chosen.push(k);
+            // Each step's time as measured: a plain step 0.1 s, a probe of K drafts r(K + 1).
+            auto.record_target(k + 1, 0.1 * (1.0 + 0.5 * k as f64));
+            auto.record_step(k, 0);
+        }
+        let probes: Vec<usize> = (0..chosen.len()).filter(|&i| chosen[i] > 0).collect();
+        // `wait` plain steps, a probe (of K 1: the least bad), and again (its failure lowered α,
+        // so the wait may grow).
+        assert_eq!(probes.len(), 2, "{chosen:?}");
+        assert_eq!(probes[0], wait, "{chosen:?}");
+        assert!(
+            (wait..=wait + 3).contains(&(probes[1] - probes[0] - 1)),
+            "{chosen:?}"
+        );
+        assert!(probes.iter().all(|&i| chosen[i] == 1));
+
+        // The text turns predictable and the verification cheap: the probes' drafts are
+        // accepted, `α` climbs with each, and drafting resumes for good.
+        let mut chosen = Vec::new();
+        for _ in 0..150 {
+            let k = auto.choose(8);
+            auto.record_target(k + 1, 0.1 * (1.0 + 0.1 * k as f64));
+            auto.record_step(k, k);
+            chosen.push(k);
+        }
+        let first_run = chosen.iter().position(|&k| k > 1).unwrap_or(chosen.len());
+        assert!(auto.alpha() > 0.9, "α {}", auto.alpha());
+        // From then on every step drafts, but the one-token steps that refresh t(1).
+        let plain_after = chosen[first_run..].iter().filter(|&&k| k == 0).count();
+        assert!(
+            first_run < 100 && plain_after <= chosen[first_run..].len() / WidthCosts::REFRESH + 1,
+            "{chosen:?}"
+        );
+    }
+
+    /// A draft far too slow for its target (the 0.5B in f32 against the 1.5B in 4 bits: `c`
+    /// 1.8) is probed seldom: each probe loses about `c + r(2) − (1 + α)` ≈ 1.1 steps, so 23
+    /// plain steps come before it, and at most 64 for any draft.
+    #[test]
+    fn a_costly_probe_waits_longer() {
+        let first_probe = |draft_seconds: f64| {
+            let mut auto = AutoLength::default();
+            for _ in 0..100 {
+                auto.record_step(2, 2);
+                auto.record_step(2, 1);
+            }
+            auto.record_draft(draft_seconds);
+            auto.record_target(2, 0.13);
+            auto.record_target(1, 0.1);
+            (0..200).find(|_| {
+                let k = auto.choose(8);
+                auto.record_target(k + 1, if k == 0 { 0.1 } else { 0.13 });
+                k > 0
+            })
+        };
+        // α ≈ 0.8, r(2) 1.3: K 1 loses 1.8 + 1.3 − 1.8 = 1.3 steps; 1.3 ÷ 0.05 = 26 (less the
+        // one-token step before the loop).
+        let costly = first_probe(0.18);
+        assert!(matches!(costly, Some(24..=28)), "{costly:?}");
+        // A draft of 60 times the target's cost waits the longest allowed (the one-token step
+        // before the loop counts).
+        assert_eq!(first_probe(6.0), Some(AutoLength::PROBE_WAIT.1 - 1));
     }
 
     /// `α` 0.9 and `c` 0.37 (about the Qwen 0.5B → 1.5B pair): with a verification as cheap as a

@@ -38,12 +38,15 @@
 //! # Knobs and defaults
 //! * [`DraftLength`]: a fixed `K` (default 4); [`DraftLength::Confident`], which stops a chain
 //!   early once the draft model's own top probability (softmax of its raw logits) falls below a
-//!   threshold; [`DraftLength::Auto`], which picks `K ∈ 1..=K_max` (default `K_max` 8) each step to
+//!   threshold; [`DraftLength::Auto`], which picks `K ∈ 0..=K_max` (default `K_max` 8) each step to
 //!   maximize the expected tokens per unit of time `E[τ] / (K·c + r(K + 1))`, with
 //!   `E[τ] = (1 − α^{K+1}) / (1 − α)` (Leviathan et al., section 3.4) and `α`, `c` and the
 //!   verification's cost `r(w)` relative to a one-token step estimated from the run (see
 //!   [`AutoLength`]). Leviathan's Theorem 3.8 takes `r ≡ 1`; on a CPU scoring `K + 1` tokens
 //!   costs more than one, so `auto` measures it, and asks for a plain step every 32 to do so.
+//!   `K` 0 is a plain step (`E[τ] = 1` for one step): where no draft length is expected to beat
+//!   it, `auto` decodes plainly, trying its best `K ≥ 1` after runs of 8 to 64 plain steps (the
+//!   longer, the more a probe is expected to lose) so that `α` can recover.
 //! * The draft's cache capacity: [`INITIAL_CACHE_POSITIONS`], enlarged by `begin` to the prompt plus
 //!   2,048 positions (at most the draft's context), or fixed with
 //!   [`DraftModelDrafter::with_cache_capacity`]. When the context outgrows it, steps fall back to
