@@ -292,8 +292,8 @@ mod tests {
     }
 
     /// A draft far too slow for its target (the 0.5B in f32 against the 1.5B in 4 bits: `c`
-    /// 1.8) is probed seldom: each probe loses about `c + r(2) − (1 + α)` ≈ 1.1 steps, so 23
-    /// plain steps come before it, and at most 64 for any draft.
+    /// 1.8) is probed seldom: each probe loses about `c + r(2) − (1 + α)` ≈ 1.3 steps, so about
+    /// 26 plain steps come before it, and at most 64 for any draft.
     #[test]
     fn a_costly_probe_waits_longer() {
         let first_probe = |draft_seconds: f64| {
