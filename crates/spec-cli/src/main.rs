@@ -255,13 +255,19 @@ fn sampling_drafter<B: Backend>(
     let Some((draft, draft_tokenizer)) = drafts.0.get(&key) else {
         bail!("draft model {} vanished from the cache", path.display());
     };
-    Ok(Box::new(spec_sampling::DraftModelDrafter::with_tokenizers(
+    let drafter = spec_sampling::DraftModelDrafter::with_tokenizers(
         draft.clone(),
         draft_tokenizer,
         target.config.vocab_size,
         tokenizer,
         length,
-    )?))
+    )?;
+    Ok(Box::new(
+        match spec_sampling::weight_cost_prior(draft, &target.model) {
+            Some(c) => drafter.with_cost_prior(c),
+            None => drafter,
+        },
+    ))
 }
 
 /// Whether an n-gram method runs its adaptive length: `--k auto` or no `--k`.

@@ -48,8 +48,8 @@ mod imp {
         fn prefetch(self, simd: V3, b: usize);
         /// Bytes of one block of a whole panel (what [`Row::prefetch`] asks for).
         const PANEL_BLOCK_BYTES: usize;
-        /// Whether a one-row tile (a decode step) prefetches too.
-        const PREFETCH_ONE_ROW: bool;
+        /// The fewest rows of `x` for which a tile hints its weights ahead ([`Row::prefetch`]).
+        const PREFETCH_FROM_ROWS: usize;
         /// Registers [`Row::part`] needs besides the widened vector (a mask, a scale).
         const TEMPORARIES: usize = 1;
     }
@@ -123,9 +123,11 @@ mod imp {
 
     impl Row for F32Row<'_> {
         const PANEL_BLOCK_BYTES: usize = PANEL * 128;
-        // f32's one-row tile streams fast enough for the hardware prefetcher alone; hints
-        // measured 0-7% slower.
-        const PREFETCH_ONE_ROW: bool = false;
+        // f32's tiles of one and two rows stream fast enough for the hardware prefetcher
+        // alone: hints measured 0-7% slower at one row (Zen 4), and at two the 1.5B's products
+        // took 1.24-1.27 of one row's time with them against 1.15 without (Zen 3,
+        // docs/benchmarks.md, twenty-fourth session). From three rows on they pay.
+        const PREFETCH_FROM_ROWS: usize = 3;
         const TEMPORARIES: usize = 0;
 
         #[inline(always)]
@@ -148,7 +150,7 @@ mod imp {
 
     impl Row for Bf16Row<'_> {
         const PANEL_BLOCK_BYTES: usize = PANEL * 64;
-        const PREFETCH_ONE_ROW: bool = true;
+        const PREFETCH_FROM_ROWS: usize = 1;
 
         #[inline(always)]
         fn part(self, simd: V3, b: usize, j: usize) -> f32x8 {
@@ -181,7 +183,7 @@ mod imp {
 
     impl Row for Q8Row<'_> {
         const PANEL_BLOCK_BYTES: usize = PANEL * 32;
-        const PREFETCH_ONE_ROW: bool = true;
+        const PREFETCH_FROM_ROWS: usize = 1;
 
         #[inline(always)]
         fn part(self, simd: V3, b: usize, j: usize) -> f32x8 {
@@ -254,7 +256,7 @@ mod imp {
 
     impl<S: Q4Side> Row for Q4Row<'_, S> {
         const PANEL_BLOCK_BYTES: usize = PANEL * 16;
-        const PREFETCH_ONE_ROW: bool = true;
+        const PREFETCH_FROM_ROWS: usize = 1;
         // Scale, minimum and the nibble mask.
         const TEMPORARIES: usize = 3;
 
@@ -339,7 +341,7 @@ mod imp {
         let zero = simd.splat_f32x8(0.0);
         let mut acc = [[zero; M]; RR];
         for b in 0..blocks {
-            if M >= 2 || W::PREFETCH_ONE_ROW {
+            if M >= W::PREFETCH_FROM_ROWS {
                 let ahead = PREFETCH_AHEAD_BYTES / W::PANEL_BLOCK_BYTES;
                 // One hint per panel of the tile (rows r and r + 1 share a panel).
                 for r in (0..RR).step_by(PANEL) {

@@ -132,6 +132,13 @@ impl<B: Backend> DraftModelDrafter<B> {
         })
     }
 
+    /// A guess of `c`, the draft's time per token over a target step's, for `auto` until the
+    /// draft is timed (see [`AutoLength::with_cost_prior`]); [`weight_cost_prior`] gives one.
+    pub fn with_cost_prior(mut self, c: f64) -> Self {
+        self.auto = self.auto.with_cost_prior(c);
+        self
+    }
+
     /// Gives the draft a cache of exactly `capacity` positions (by default it starts at
     /// [`INITIAL_CACHE_POSITIONS`] and grows with the prompt). Past it, steps go on without
     /// drafts.
@@ -203,6 +210,24 @@ impl<B: Backend> DraftModelDrafter<B> {
         }
     }
 
+    /// Times one draft forward of `root` for `auto` ([`AutoLength::wants_draft_timing`]) and
+    /// forgets it: the cache stays as it was.
+    fn time_draft(&mut self, root: u32) -> Result<(), EngineError> {
+        let kept = self.fed.len();
+        if kept >= self.cache.capacity() {
+            return Ok(());
+        }
+        let start = Instant::now();
+        if let Some(logits) = self.feed(&[root], true)? {
+            // Read back, as sampling a draft would: the time is then the forward's on any backend.
+            logits.into_data();
+        }
+        self.auto.record_draft_timing(start.elapsed().as_secs_f64());
+        self.fed.truncate(kept);
+        self.cache.truncate(kept);
+        Ok(())
+    }
+
     /// Forgets every fed token from the first one `context` disagrees with.
     fn roll_back_to(&mut self, context: &[u32]) {
         let keep = self
@@ -235,12 +260,23 @@ impl<B: Backend> DraftModelDrafter<B> {
         Tensor::cat(vec![q, zeros], 1)
     }
 
-    fn next_length(&self) -> usize {
+    /// The draft length for a step whose draft would first catch up on `catch_up` tokens.
+    fn next_length(&self, catch_up: usize) -> usize {
         match self.length {
             DraftLength::Fixed(k) | DraftLength::Confident { max: k, .. } => k,
-            DraftLength::Auto { max } => self.auto.choose(max),
+            DraftLength::Auto { max } => self.auto.choose(max, catch_up),
         }
     }
+}
+
+/// A guess of `c` from the bytes of packed weights each model streams per decode step, which
+/// on a CPU bound by memory bandwidth sets a step's time; `None` unless both are packed.
+pub fn weight_cost_prior<B: Backend>(
+    draft: &Transformer<B>,
+    target: &Transformer<B>,
+) -> Option<f64> {
+    let (draft, target) = (draft.packed_bytes()?, target.packed_bytes()?);
+    (target > 0).then(|| draft as f64 / target as f64)
 }
 
 /// The draft model's top probability in a `[1, vocab]` row of logits (softmax at temperature 1).
@@ -267,6 +303,13 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
             self.cache = self.model.new_cache(wanted);
         }
         let split = prompt.len().saturating_sub(1);
+        // Where `auto`'s first step will be plain, the prompt waits: a later step that drafts
+        // catches up on it.
+        if let DraftLength::Auto { max } = self.length
+            && self.auto.choose(max, split) == 0
+        {
+            return Ok(());
+        }
         // A prompt too long for the draft's cache is not an error: the steps go without drafts.
         if split > 0 && split < self.cache.capacity() {
             self.feed(&prompt[..split], false)?;
@@ -287,21 +330,36 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
         self.draft_returned = None;
         self.roll_back_to(before);
         let pending_len = context.len() - self.fed.len();
+        // A step leaves the draft one or two tokens behind (the next token, and the last draft
+        // when all were accepted); more were skipped by plain steps, or by a prompt not
+        // prefilled, and are fed apart so the draft's per-token time stays a drafting time.
+        let catch_up = if pending_len > 2 { pending_len - 1 } else { 0 };
         let room = self.cache.capacity().saturating_sub(self.fed.len());
         // The root and the first k − 1 drafts go through the draft: k ≤ room − pending + 1.
         let k = self
-            .next_length()
+            .next_length(catch_up)
             .min(max_depth)
             .min((room + 1).saturating_sub(pending_len));
         self.last_length = k;
         if k == 0 {
+            if let DraftLength::Auto { max } = self.length
+                && self.auto.wants_draft_timing(max)
+            {
+                self.time_draft(root)?;
+            }
             // A plain step is timed too: `auto` asks for one now and then to measure it.
             self.draft_returned = Some(Instant::now());
             return Ok(Draft::none(root));
         }
 
-        let start = Instant::now();
         let forwards_before = self.forwards;
+        if catch_up > 0 {
+            let start = Instant::now();
+            self.feed(&before[self.fed.len()..], false)?;
+            self.auto
+                .record_catch_up(catch_up, start.elapsed().as_secs_f64());
+        }
+        let start = Instant::now();
         let mut pending = context[self.fed.len()..].to_vec();
         let mut rows = Vec::with_capacity(k);
         let mut drafted = Vec::with_capacity(k);

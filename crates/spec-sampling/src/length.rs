@@ -103,11 +103,30 @@ impl DraftLength {
 /// `r`. A probe is expected to cost `K·c + r(K + 1) − E[τ]` steps more than plain decoding of
 /// the same tokens, so the run before it is that loss over [`AutoLength::PROBE_SHARE`] (probes
 /// take about that share of a plain run's time), within [`AutoLength::PROBE_WAIT`]: probes of a
-/// pair near break-even come often, those of a draft far too slow for its target seldom.
+/// pair near break-even come often, those of a draft far too slow for its target seldom. A
+/// probe's draft first catches up on the tokens of the plain run (and, if it never drafted, on
+/// the prompt), so its expected loss also counts those tokens at the catch-up's measured cost per
+/// token (before one is measured, at `c`, which a batched forward does not exceed).
+///
+/// A draft that no `K` would make pay even with every draft accepted (`c` of 0.9 or more with a
+/// verification's cost growing 0.1 a token) is hopeless: probing it again would only re-measure
+/// `α`, which cannot change that, and would pay for a catch-up on every skipped token. Such a
+/// draft is not probed; every [`AutoLength::PROBE_WAIT`]`.1` plain steps one draft forward is
+/// timed instead, so that drafting resumes if the draft turns cheap.
+///
+/// Before the draft has been timed, `c` is unknown and `K` is [`DEFAULT_K`]; with a guess of `c`
+/// ([`AutoLength::with_cost_prior`], e.g. the ratio of the models' weight bytes, which a
+/// bandwidth-bound decode step streams), a draft guessed hopeless starts with plain steps, and
+/// a drafter whose first step will be plain skips its prefill.
 #[derive(Debug, Clone, Default)]
 pub struct AutoLength {
     acceptance: AcceptanceRate,
     draft_token_seconds: Option<f64>,
+    /// A guess of `c` for the steps before the draft is timed ([`AutoLength::with_cost_prior`]).
+    cost_prior: Option<f64>,
+    /// The draft's time per token of a catch-up on context it skipped (see
+    /// [`AutoLength::record_catch_up`]), a moving average.
+    catch_up_token_seconds: Option<f64>,
     target: WidthCosts,
     /// One-token target steps since the last wider one.
     plain_run: usize,
@@ -134,6 +153,59 @@ impl AutoLength {
         self.draft_token_seconds = Some(match self.draft_token_seconds {
             None => seconds_per_token,
             Some(old) => old + Self::TIME_WEIGHT * (seconds_per_token - old),
+        });
+    }
+
+    /// `c` as guessed before the draft is timed (see [`AutoLength`]); a guess that is not a
+    /// finite number ≥ 0 is ignored.
+    pub fn with_cost_prior(mut self, c: f64) -> Self {
+        self.cost_prior = (c.is_finite() && c >= 0.0).then_some(c);
+        self
+    }
+
+    /// `c` as the policy uses it: measured, or else guessed.
+    fn working_cost(&self) -> Option<f64> {
+        self.cost_ratio().or(self.cost_prior)
+    }
+
+    /// Whether no `K ∈ 1..=k_max` would pay at draft cost `c` even with every draft accepted.
+    fn hopeless_at(&self, c: f64, k_max: usize) -> bool {
+        best_length_by(1.0, 0, k_max, |k| self.cost(c, k)) == 0
+    }
+
+    /// Whether the draft, at its measured or guessed `c`, cannot pay with any `K ≤ k_max` even
+    /// with every draft accepted: `auto` then decodes plainly, with no probes, and only times
+    /// the draft again now and then ([`AutoLength::wants_draft_timing`]).
+    pub fn hopeless_draft(&self, k_max: usize) -> bool {
+        self.working_cost()
+            .is_some_and(|c| self.hopeless_at(c, k_max))
+    }
+
+    /// Whether a hopeless draft ([`AutoLength::hopeless_draft`]) is due to be timed again, once
+    /// every [`AutoLength::PROBE_WAIT`]`.1` plain steps: one draft forward whose output is not
+    /// used, recorded with [`AutoLength::record_draft_timing`], since its cost may have changed
+    /// (another load on the machine, a guess that was wrong).
+    pub fn wants_draft_timing(&self, k_max: usize) -> bool {
+        self.hopeless_draft(k_max) && self.plain_run >= Self::PROBE_WAIT.1
+    }
+
+    /// Records a draft forward timed for [`AutoLength::wants_draft_timing`]; the plain run
+    /// starts again.
+    pub fn record_draft_timing(&mut self, seconds: f64) {
+        self.record_draft(seconds);
+        self.plain_run = 0;
+    }
+
+    /// Records a catch-up of the draft on `tokens` tokens of context it skipped during plain
+    /// steps, fed in one forward of `seconds`.
+    pub fn record_catch_up(&mut self, tokens: usize, seconds: f64) {
+        if tokens == 0 || !seconds.is_finite() || seconds < 0.0 {
+            return;
+        }
+        let per_token = seconds / tokens as f64;
+        self.catch_up_token_seconds = Some(match self.catch_up_token_seconds {
+            None => per_token,
+            Some(old) => old + Self::TIME_WEIGHT * (per_token - old),
         });
     }
 
@@ -171,25 +243,42 @@ impl AutoLength {
         &self.target
     }
 
-    /// The draft length for the next step: 0 when a one-token step is due, otherwise the `K ∈
-    /// 0..=k_max` maximizing `E[τ] / (K·c + r(K + 1))` once `c` is known (0 being a plain step,
-    /// whose value is 1), or the best `K ≥ 1` when a probe is due (see [`AutoLength`]); before
-    /// `c` is known, `min(DEFAULT_K, k_max)`.
-    pub fn choose(&self, k_max: usize) -> usize {
+    /// A step's cost in one-token target steps: `K` drafts at `c` and a verification of `K + 1`.
+    fn cost(&self, c: f64, k: usize) -> f64 {
+        k as f64 * c + self.target.relative(k + 1)
+    }
+
+    /// The draft length for the next step, whose draft would first catch up on `catch_up`
+    /// skipped tokens: 0 when a one-token step is due, otherwise the `K ∈ 0..=k_max` maximizing
+    /// `E[τ] / (K·c + r(K + 1))` once `c` is known (0 being a plain step, whose value is 1), or
+    /// the best `K ≥ 1` when a probe is due (see [`AutoLength`]); before `c` is measured,
+    /// `min(DEFAULT_K, k_max)`; 0 for a hopeless draft ([`AutoLength::hopeless_draft`]).
+    pub fn choose(&self, k_max: usize, catch_up: usize) -> usize {
         if self.target.wants_one_token_step() {
             return 0;
         }
-        let Some(c) = self.cost_ratio() else {
+        let Some(c) = self.working_cost() else {
             return DEFAULT_K.min(k_max).max(1);
         };
+        if self.hopeless_at(c, k_max) {
+            return 0;
+        }
         let alpha = self.alpha();
-        let cost = |k: usize| k as f64 * c + self.target.relative(k + 1);
-        let best = best_length_by(alpha, 0, k_max, cost);
+        let cost = |k: usize| self.cost(c, k);
+        let best = match self.cost_ratio() {
+            Some(_) => best_length_by(alpha, 0, k_max, cost),
+            None => DEFAULT_K.min(k_max).max(1),
+        };
         if best > 0 {
             return best;
         }
         let probe = best_length_by(alpha, 1, k_max.max(1), cost);
-        let loss = cost(probe) - expected_tokens(alpha, probe);
+        // Steps the catch-up costs: measured per token, or at most a draft step's each.
+        let catch_up_steps = match (self.catch_up_token_seconds, self.target.one_token_seconds()) {
+            (Some(s), Some(t)) if t > 0.0 => s / t,
+            _ => c,
+        } * catch_up as f64;
+        let loss = cost(probe) + catch_up_steps - expected_tokens(alpha, probe);
         let (fewest, most) = Self::PROBE_WAIT;
         let wait = (loss / Self::PROBE_SHARE)
             .ceil()
@@ -209,21 +298,21 @@ mod tests {
     #[test]
     fn choose_uses_measured_times() {
         let mut auto = AutoLength::default();
-        assert_eq!(auto.choose(8), DEFAULT_K);
-        assert_eq!(auto.choose(2), 2);
+        assert_eq!(auto.choose(8, 0), DEFAULT_K);
+        assert_eq!(auto.choose(2, 0), 2);
         for _ in 0..100 {
             auto.record_step(4, 4);
         }
         auto.record_draft(0.001);
         auto.record_target(1, 0.1);
         assert!((auto.cost_ratio().unwrap_or(0.0) - 0.01).abs() < 1e-12);
-        assert_eq!(auto.choose(8), 8);
+        assert_eq!(auto.choose(8, 0), 8);
         // A draft as slow as the target whose drafts are all rejected: plain steps pay more.
         for _ in 0..50 {
             auto.record_draft(0.1);
             auto.record_step(1, 0);
         }
-        assert_eq!(auto.choose(8), 0);
+        assert_eq!(auto.choose(8, 0), 0);
     }
 
     /// Where no draft length beats plain decoding, `auto` decodes plainly, trying the best `K`
@@ -255,7 +344,7 @@ mod tests {
         assert!((8..=10).contains(&wait));
         let mut chosen = Vec::new();
         for _ in 0..3 * wait {
-            let k = auto.choose(8);
+            let k = auto.choose(8, 0);
             chosen.push(k);
             // Each step's time as measured: a plain step 0.1 s, a probe of K drafts r(K + 1).
             auto.record_target(k + 1, 0.1 * (1.0 + 0.5 * k as f64));
@@ -276,7 +365,7 @@ mod tests {
         // accepted, `α` climbs with each, and drafting resumes for good.
         let mut chosen = Vec::new();
         for _ in 0..150 {
-            let k = auto.choose(8);
+            let k = auto.choose(8, 0);
             auto.record_target(k + 1, 0.1 * (1.0 + 0.1 * k as f64));
             auto.record_step(k, k);
             chosen.push(k);
@@ -291,33 +380,128 @@ mod tests {
         );
     }
 
-    /// A draft far too slow for its target (the 0.5B in f32 against the 1.5B in 4 bits: `c`
-    /// 1.8) is probed seldom: each probe loses about `c + r(2) − (1 + α)` ≈ 1.3 steps, so about
-    /// 26 plain steps come before it, and at most 64 for any draft.
+    /// The more a probe is expected to lose, the longer the plain run before it. With `α` about
+    /// 1/3 and `r(2)` 1.3: a draft at `c` 0.3 loses 0.3 + 1.3 − 1.33 ≈ 0.27 steps in a K 1
+    /// probe (the fewest, 8 plain steps, before it), one at 0.65 about 0.62 (about 13); one at
+    /// 1.8 (the 0.5B in f32 against the 1.5B in 4 bits) is hopeless and never probed.
     #[test]
     fn a_costly_probe_waits_longer() {
         let first_probe = |draft_seconds: f64| {
             let mut auto = AutoLength::default();
             for _ in 0..100 {
-                auto.record_step(2, 2);
+                auto.record_step(2, 0);
                 auto.record_step(2, 1);
             }
             auto.record_draft(draft_seconds);
             auto.record_target(2, 0.13);
             auto.record_target(1, 0.1);
             (0..200).find(|_| {
-                let k = auto.choose(8);
+                let k = auto.choose(8, 0);
                 auto.record_target(k + 1, if k == 0 { 0.1 } else { 0.13 });
                 k > 0
             })
         };
-        // α ≈ 0.8, r(2) 1.3: K 1 loses 1.8 + 1.3 − 1.8 = 1.3 steps; 1.3 ÷ 0.05 = 26 (less the
-        // one-token step before the loop).
-        let costly = first_probe(0.18);
-        assert!(matches!(costly, Some(24..=28)), "{costly:?}");
-        // A draft of 60 times the target's cost waits the longest allowed (the one-token step
-        // before the loop counts).
-        assert_eq!(first_probe(6.0), Some(AutoLength::PROBE_WAIT.1 - 1));
+        // The one-token step before the loop counts towards the run.
+        assert_eq!(first_probe(0.03), Some(AutoLength::PROBE_WAIT.0 - 1));
+        let costly = first_probe(0.065);
+        assert!(matches!(costly, Some(10..=14)), "{costly:?}");
+        assert_eq!(first_probe(0.18), None);
+    }
+
+    /// A guess of `c` decides the first steps: a draft that no `K` makes pay even with every
+    /// draft accepted (`(K + 1) / (K·c + 1 + 0.1·K) ≤ 1` for every `K`, i.e. `c ≥ 0.9` with
+    /// `r`'s prior slope) starts with plain steps; a cheaper one drafts `DEFAULT_K`, as without
+    /// a guess; and a measured `c` overrides the guess.
+    #[test]
+    fn a_guess_of_the_cost_decides_the_first_steps() {
+        assert!(!AutoLength::default().hopeless_draft(8));
+        for (guess, plain) in [(0.1, false), (0.85, false), (0.95, true), (5.0, true)] {
+            let auto = AutoLength::default().with_cost_prior(guess);
+            assert_eq!(auto.hopeless_draft(8), plain, "guess {guess}");
+            let k = auto.choose(8, 0);
+            assert_eq!(k, if plain { 0 } else { DEFAULT_K }, "guess {guess}");
+        }
+        assert!(
+            !AutoLength::default()
+                .with_cost_prior(f64::NAN)
+                .hopeless_draft(8)
+        );
+        let mut auto = AutoLength::default().with_cost_prior(5.0);
+        auto.record_draft(0.01);
+        auto.record_target(1, 0.1);
+        assert!(!auto.hopeless_draft(8));
+        assert!(auto.choose(8, 0) > 0);
+    }
+
+    /// A hopeless draft (`c` 2, every draft accepted) is never probed, whatever `α`: every 64
+    /// plain steps it is timed once instead, and when those timings bring `c` under 0.9 (a
+    /// draft now at 0.1 of a target step, through the moving average: the fourth timing),
+    /// drafting resumes, or a probe of it comes.
+    #[test]
+    fn a_hopeless_draft_is_only_timed_now_and_then() {
+        let mut auto = AutoLength::default();
+        for _ in 0..100 {
+            auto.record_step(4, 4);
+        }
+        auto.record_draft(0.2);
+        auto.record_target(1, 0.1);
+        assert!(auto.hopeless_draft(8) && auto.alpha() > 0.95);
+        let mut timings = Vec::new();
+        let mut resumed = None;
+        for step in 1..=400 {
+            if auto.wants_draft_timing(8) {
+                timings.push(step);
+                auto.record_draft_timing(0.01);
+            }
+            let k = auto.choose(8, 0);
+            auto.record_target(k + 1, 0.1);
+            if k > 0 {
+                resumed = Some(step);
+                break;
+            }
+        }
+        // The run counts the one-token step before the loop.
+        assert_eq!(timings, [64, 128, 192, 256], "{resumed:?}");
+        // Drafting resumes at once or after a probe's wait.
+        assert!(
+            resumed.is_some_and(|s| (256..=264).contains(&s)),
+            "{resumed:?}"
+        );
+    }
+
+    /// A probe whose draft must first catch up on skipped tokens waits longer: with `α` 0.3
+    /// and `c` 0.2, a K 1 probe loses about 0.4 steps (a wait of 8); catching up on 20 tokens at
+    /// 0.1 step each adds 2 (a wait of about 48); before a catch-up is timed, each token counts
+    /// `c`, 0.2.
+    #[test]
+    fn a_probe_that_must_catch_up_waits_longer() {
+        let wait = |catch_up: usize, catch_up_seconds: Option<f64>| {
+            let mut auto = AutoLength::default();
+            for _ in 0..100 {
+                auto.record_step(2, 0);
+                auto.record_step(2, 1);
+                auto.record_step(3, 0);
+            }
+            auto.record_draft(0.02);
+            auto.record_target(3, 0.2);
+            if let Some(s) = catch_up_seconds {
+                auto.record_catch_up(20, s);
+            }
+            auto.record_target(1, 0.1);
+            (1..200).find(|_| {
+                let k = auto.choose(8, catch_up);
+                auto.record_target(k + 1, 0.1);
+                k > 0
+            })
+        };
+        let alone = wait(0, None).unwrap_or(0);
+        assert!((8..=10).contains(&alone), "{alone}");
+        let timed = wait(20, Some(0.2)).unwrap_or(0);
+        assert!(
+            (alone + 38..=alone + 42).contains(&timed),
+            "{alone} {timed}"
+        );
+        assert_eq!(wait(20, None), Some(AutoLength::PROBE_WAIT.1));
     }
 
     /// `α` 0.9 and `c` 0.37 (about the Qwen 0.5B → 1.5B pair): with a verification as cheap as a
@@ -334,7 +518,7 @@ mod tests {
             auto.record_target(1, 0.1);
             auto.record_target(8, wide_seconds);
             assert!((auto.cost_ratio().unwrap_or(0.0) - 0.37).abs() < 1e-9);
-            auto.choose(8)
+            auto.choose(8, 0)
         };
         let flat = choose(0.1);
         let steep = choose(0.42);
@@ -353,12 +537,12 @@ mod tests {
         let t1 = auto.target_step_seconds().unwrap_or(0.0);
         assert!((t1 - 0.13 / (1.0 + 3.0 * WidthCosts::PRIOR_SLOPE)).abs() < 1e-12);
         for _ in 1..WidthCosts::REFRESH {
-            assert!(auto.choose(8) >= 1);
+            assert!(auto.choose(8, 0) >= 1);
             auto.record_target(4, 0.13);
         }
-        assert_eq!(auto.choose(8), 0);
+        assert_eq!(auto.choose(8, 0), 0);
         auto.record_target(1, 0.1);
-        assert!(auto.choose(8) >= 1);
+        assert!(auto.choose(8, 0) >= 1);
         assert_eq!(auto.target_step_seconds(), Some(0.1));
         // Measured now: r(4) = 1.3, so the slope is 0.1 per extra token.
         assert!((auto.width_costs().slope() - 0.1).abs() < 1e-9);

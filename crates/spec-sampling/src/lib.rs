@@ -46,7 +46,13 @@
 //!   costs more than one, so `auto` measures it, and asks for a plain step every 32 to do so.
 //!   `K` 0 is a plain step (`E[τ] = 1` for one step): where no draft length is expected to beat
 //!   it, `auto` decodes plainly, trying its best `K ≥ 1` after runs of 8 to 64 plain steps (the
-//!   longer, the more a probe is expected to lose) so that `α` can recover.
+//!   longer, the more a probe is expected to lose, its draft's catch-up on the skipped tokens
+//!   included) so that `α` can recover. A draft that no `K` would make pay even with every draft
+//!   accepted (`c` ≥ 0.9 or so) is not probed: one of its forwards is timed every 64 plain steps
+//!   instead, in case it turns cheap. Until the draft is timed, `c` may be guessed
+//!   ([`DraftModelDrafter::with_cost_prior`]; the CLI passes [`weight_cost_prior`], the ratio of
+//!   the models' packed weight bytes), and when the first step is to be plain the draft skips
+//!   the prompt's prefill (a step that drafts catches up).
 //! * The draft's cache capacity: [`INITIAL_CACHE_POSITIONS`], enlarged by `begin` to the prompt plus
 //!   2,048 positions (at most the draft's context), or fixed with
 //!   [`DraftModelDrafter::with_cache_capacity`]. When the context outgrows it, steps fall back to
@@ -57,7 +63,7 @@ mod error;
 mod length;
 mod vocab;
 
-pub use drafter::{DraftModelDrafter, Estimates, INITIAL_CACHE_POSITIONS};
+pub use drafter::{DraftModelDrafter, Estimates, INITIAL_CACHE_POSITIONS, weight_cost_prior};
 pub use error::{Result, SamplingError};
 pub use length::{
     AutoLength, DEFAULT_K, DEFAULT_K_MAX, DraftLength, best_length, expected_tokens,

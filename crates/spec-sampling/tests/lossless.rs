@@ -122,6 +122,43 @@ fn different_draft_greedy_equals_plain() {
     }
 }
 
+/// `auto` told that the draft is far too slow for its target (a guess of `c` 5: no draft length
+/// pays even with every draft accepted) neither prefills nor runs the draft for 64 plain steps,
+/// then times one draft forward (whether drafting follows depends on that time); with a guess
+/// of 0.1 it prefills and drafts from the first step. The output is plain decoding's always.
+#[test]
+fn auto_times_a_draft_guessed_hopeless_only_now_and_then() {
+    let c = config(97, 32, 2, 128);
+    let target = model(&c, 3);
+    let prompt = PROMPTS[0];
+    for (guess, new_tokens) in [(5.0, 40), (5.0, 100), (0.1, 40)] {
+        let options = GenerateOptions::new(new_tokens, SamplingConfig::greedy());
+        let plain = generate_plain(&target, prompt, &options, &mut |_| {}).unwrap();
+        let mut drafter =
+            DraftModelDrafter::<B>::new(model(&c, 3), c.vocab_size, DraftLength::Auto { max: 8 })
+                .unwrap()
+                .with_cost_prior(guess);
+        let spec =
+            generate_speculative(&target, &mut drafter, prompt, &options, &mut |_| {}).unwrap();
+        assert_eq!(
+            spec.tokens, plain.tokens,
+            "guess {guess}, {new_tokens} tokens"
+        );
+        let forwards = drafter.draft_forwards();
+        match (guess > 1.0, new_tokens) {
+            // 40 plain steps and no probe yet.
+            (true, 40) => assert_eq!((forwards, spec.metrics.drafted), (0, 0)),
+            // The timing after 64 plain steps, and drafts only if it found the draft cheap.
+            (true, _) => assert!(
+                forwards >= 1 && (forwards > 1 || spec.metrics.drafted == 0),
+                "{forwards}"
+            ),
+            // The prompt's prefill, then drafts from the first step.
+            (false, _) => assert!(forwards > 1 && spec.metrics.steps < 40, "{forwards}"),
+        }
+    }
+}
+
 #[test]
 fn short_draft_cache_falls_back_to_plain_steps() {
     let c = config(97, 32, 2, 128);
