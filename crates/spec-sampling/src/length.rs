@@ -315,21 +315,28 @@ mod tests {
         assert_eq!(auto.choose(8, 0), 0);
     }
 
-    /// Where no draft length beats plain decoding, `auto` decodes plainly, trying the best `K`
-    /// again after a run of plain steps; once the probes show drafts paying, it drafts every
-    /// step again.
-    #[test]
-    fn decodes_plainly_where_drafting_loses_and_probes_now_and_then() {
+    /// A run whose drafts are mostly rejected (`α` about 0.3: 1 of 4 tested drafts accepted) and
+    /// whose draft took 0.02 s a token; no target step recorded yet.
+    fn low_acceptance_draft_of_0_02_seconds() -> AutoLength {
         let mut auto = AutoLength::default();
-        // c 0.2, α 0.3 and a verification as costly as r(w) = 1 + 0.5 (w − 1) (the 4-bit
-        // 1.5B's on an AVX2-only CPU): every K ≥ 1 expects less than a plain step's one token
-        // a step.
         for _ in 0..100 {
             auto.record_step(2, 0);
             auto.record_step(2, 1);
             auto.record_step(3, 0);
         }
         auto.record_draft(0.02);
+        auto
+    }
+
+    /// Where no draft length beats plain decoding, `auto` decodes plainly, trying the best `K`
+    /// again after a run of plain steps; once the probes show drafts paying, it drafts every
+    /// step again.
+    #[test]
+    fn decodes_plainly_where_drafting_loses_and_probes_now_and_then() {
+        // c 0.2, α 0.3 and a verification as costly as r(w) = 1 + 0.5 (w − 1) (the 4-bit
+        // 1.5B's on an AVX2-only CPU): every K ≥ 1 expects less than a plain step's one token
+        // a step.
+        let mut auto = low_acceptance_draft_of_0_02_seconds();
         auto.record_target(1, 0.1);
         auto.record_target(3, 0.2);
         let alpha = auto.alpha();
@@ -476,13 +483,7 @@ mod tests {
     #[test]
     fn a_probe_that_must_catch_up_waits_longer() {
         let wait = |catch_up: usize, catch_up_seconds: Option<f64>| {
-            let mut auto = AutoLength::default();
-            for _ in 0..100 {
-                auto.record_step(2, 0);
-                auto.record_step(2, 1);
-                auto.record_step(3, 0);
-            }
-            auto.record_draft(0.02);
+            let mut auto = low_acceptance_draft_of_0_02_seconds();
             auto.record_target(3, 0.2);
             if let Some(s) = catch_up_seconds {
                 auto.record_catch_up(20, s);
