@@ -45,7 +45,8 @@ pub struct Estimates {
 /// `draft` first catches up on the context tokens the cache has not seen (after a step: the
 /// verdict's next token and, when every draft was accepted, the last draft), then runs the draft
 /// one token at a time; `accepted` rolls the cache back to the longest prefix the context still
-/// agrees with.
+/// agrees with, and feeds a longer catch-up (tokens skipped by plain steps) when the next step
+/// will draft.
 #[derive(Debug)]
 pub struct DraftModelDrafter<B: Backend> {
     model: Transformer<B>,
@@ -228,6 +229,20 @@ impl<B: Backend> DraftModelDrafter<B> {
         Ok(())
     }
 
+    /// Feeds the tokens of `before` the draft has not seen when they are a catch-up
+    /// ([`catch_up_len`]), timed for `auto` apart from drafting.
+    fn catch_up(&mut self, before: &[u32]) -> Result<(), EngineError> {
+        let tokens = catch_up_len(before.len() + 1 - self.fed.len().min(before.len()));
+        if tokens == 0 {
+            return Ok(());
+        }
+        let start = Instant::now();
+        self.feed(&before[self.fed.len()..], false)?;
+        self.auto
+            .record_catch_up(tokens, start.elapsed().as_secs_f64());
+        Ok(())
+    }
+
     /// Forgets every fed token from the first one `context` disagrees with.
     fn roll_back_to(&mut self, context: &[u32]) {
         let keep = self
@@ -330,10 +345,7 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
         self.draft_returned = None;
         self.roll_back_to(before);
         let pending_len = context.len() - self.fed.len();
-        // A step leaves the draft one or two tokens behind (the next token, and the last draft
-        // when all were accepted); more were skipped by plain steps, or by a prompt not
-        // prefilled, and are fed apart so the draft's per-token time stays a drafting time.
-        let catch_up = if pending_len > 2 { pending_len - 1 } else { 0 };
+        let catch_up = catch_up_len(pending_len);
         let room = self.cache.capacity().saturating_sub(self.fed.len());
         // The root and the first k − 1 drafts go through the draft: k ≤ room − pending + 1.
         let k = self
@@ -353,12 +365,8 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
         }
 
         let forwards_before = self.forwards;
-        if catch_up > 0 {
-            let start = Instant::now();
-            self.feed(&before[self.fed.len()..], false)?;
-            self.auto
-                .record_catch_up(catch_up, start.elapsed().as_secs_f64());
-        }
+        // `accepted` catches up before a step that drafts; this is for callers that skip it.
+        self.catch_up(before)?;
         let start = Instant::now();
         let mut pending = context[self.fed.len()..].to_vec();
         let mut rows = Vec::with_capacity(k);
@@ -405,6 +413,24 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
         self.auto
             .record_step(tree.drafted(), verdict.accepted.len());
         self.roll_back_to(context);
+        // A catch-up before a step that will draft is fed here, outside `draft`, whose time
+        // is the draft's steps (the engine's `draft_forward_seconds`).
+        let catch_up = catch_up_len(context.len() - self.fed.len());
+        if catch_up > 0
+            && context.len() <= self.cache.capacity()
+            && self.next_length(catch_up) > 0
+            && let Some((_, before)) = context.split_last()
+        {
+            self.catch_up(before)?;
+        }
         Ok(())
     }
+}
+
+/// Tokens of a catch-up for a draft `pending` tokens behind its context (the root included):
+/// a step leaves it one or two behind (the next token, and the last draft when all were
+/// accepted); more were skipped by plain steps or by a prompt not prefilled, and are fed in a
+/// forward of their own so that the draft's per-token time stays a drafting time.
+fn catch_up_len(pending: usize) -> usize {
+    if pending > 2 { pending - 1 } else { 0 }
 }

@@ -8,7 +8,9 @@ mod common;
 
 use common::{B, config, model, scaled_model};
 use spec_core::sampling::SamplingConfig;
-use spec_engine::generate_speculative;
+use spec_core::tree::TokenTree;
+use spec_core::verify::Verdict;
+use spec_engine::{Drafter, generate_speculative};
 use spec_runtime::{GenerateOptions, generate_plain};
 use spec_sampling::{DraftLength, DraftModelDrafter};
 
@@ -157,6 +159,33 @@ fn auto_times_a_draft_guessed_hopeless_only_now_and_then() {
             (false, _) => assert!(forwards > 1 && spec.metrics.steps < 40, "{forwards}"),
         }
     }
+}
+
+/// A draft that fell behind (here: five tokens the drafter never saw) catches up in
+/// `accepted`, before the step that drafts, so that step's forwards are its drafts' only (the
+/// engine times `draft` calls as the draft's steps).
+#[test]
+fn a_catch_up_is_fed_before_the_drafting_step() {
+    let c = config(97, 32, 2, 128);
+    let mut drafter =
+        DraftModelDrafter::<B>::new(model(&c, 3), c.vocab_size, DraftLength::Fixed(2)).unwrap();
+    let prompt = [5, 61, 17, 88];
+    drafter.begin(&prompt).unwrap();
+    assert_eq!(drafter.draft_forwards(), 1);
+    let mut context = prompt.to_vec();
+    context.extend([7, 8, 9, 10, 11]);
+    let plain = TokenTree::new(88);
+    let verdict = Verdict {
+        accepted: Vec::new(),
+        next_token: 7,
+    };
+    drafter.accepted(&context, &plain, &verdict).unwrap();
+    assert_eq!(drafter.draft_forwards(), 2);
+    let mut rng = SamplingConfig::greedy().rng();
+    let draft = drafter
+        .draft(&context, 4, &SamplingConfig::greedy(), &mut rng)
+        .unwrap();
+    assert_eq!((draft.tree.drafted(), draft.draft_forwards), (2, 2));
 }
 
 #[test]
