@@ -229,10 +229,9 @@ impl<B: Backend> DraftModelDrafter<B> {
         Ok(())
     }
 
-    /// Feeds the tokens of `before` the draft has not seen when they are a catch-up
-    /// ([`catch_up_len`]), timed for `auto` apart from drafting.
-    fn catch_up(&mut self, before: &[u32]) -> Result<(), EngineError> {
-        let tokens = catch_up_len(before.len() + 1 - self.fed.len().min(before.len()));
+    /// Feeds the `tokens` tokens of `before` the draft has not seen, a catch-up
+    /// ([`catch_up_len`]; nothing when 0), timed for `auto` apart from drafting.
+    fn catch_up(&mut self, before: &[u32], tokens: usize) -> Result<(), EngineError> {
         if tokens == 0 {
             return Ok(());
         }
@@ -366,7 +365,7 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
 
         let forwards_before = self.forwards;
         // `accepted` catches up before a step that drafts; this is for callers that skip it.
-        self.catch_up(before)?;
+        self.catch_up(before, catch_up)?;
         let start = Instant::now();
         let mut pending = context[self.fed.len()..].to_vec();
         let mut rows = Vec::with_capacity(k);
@@ -421,7 +420,7 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
             && self.next_length(catch_up) > 0
             && let Some((_, before)) = context.split_last()
         {
-            self.catch_up(before)?;
+            self.catch_up(before, catch_up)?;
         }
         Ok(())
     }

@@ -140,6 +140,14 @@ impl AutoLength {
     /// The fewest and the most plain steps in a row before a probe.
     pub const PROBE_WAIT: (usize, usize) = (8, 64);
 
+    /// A moving average `old` after a new measurement `new` (the first one as it is).
+    fn smoothed(old: Option<f64>, new: f64) -> f64 {
+        match old {
+            None => new,
+            Some(old) => old + Self::TIME_WEIGHT * (new - old),
+        }
+    }
+
     /// Records a verified step: `accepted` of `drafted` drafts in a chain.
     pub fn record_step(&mut self, drafted: usize, accepted: usize) {
         self.acceptance.record_chain(drafted, accepted);
@@ -150,10 +158,8 @@ impl AutoLength {
         if !seconds_per_token.is_finite() || seconds_per_token < 0.0 {
             return;
         }
-        self.draft_token_seconds = Some(match self.draft_token_seconds {
-            None => seconds_per_token,
-            Some(old) => old + Self::TIME_WEIGHT * (seconds_per_token - old),
-        });
+        self.draft_token_seconds =
+            Some(Self::smoothed(self.draft_token_seconds, seconds_per_token));
     }
 
     /// `c` as guessed before the draft is timed (see [`AutoLength`]); a guess that is not a
@@ -202,11 +208,10 @@ impl AutoLength {
         if tokens == 0 || !seconds.is_finite() || seconds < 0.0 {
             return;
         }
-        let per_token = seconds / tokens as f64;
-        self.catch_up_token_seconds = Some(match self.catch_up_token_seconds {
-            None => per_token,
-            Some(old) => old + Self::TIME_WEIGHT * (per_token - old),
-        });
+        self.catch_up_token_seconds = Some(Self::smoothed(
+            self.catch_up_token_seconds,
+            seconds / tokens as f64,
+        ));
     }
 
     /// Records the time of one target step that scored `width` tokens (drafts + 1).
