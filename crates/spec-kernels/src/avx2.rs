@@ -21,7 +21,7 @@ mod imp {
     use pulp::{NullaryFnOnce, Simd, cast, f32x8, i8x16, i32x8, u8x16, u32x8};
 
     use crate::activations::{Interleave, QuantizedRows, RoundOps};
-    use crate::pack::{BLOCK, GROUP, PANEL, PackedMatrix, Storage};
+    use crate::pack::{BLOCK, GROUP, PANEL, PackedMatrix, SPAN_GROUP, Storage, span_width};
 
     pub(crate) fn available() -> bool {
         V3::is_available()
@@ -142,6 +142,26 @@ mod imp {
                 self.0.as_ptr().wrapping_add(b * PANEL).cast(),
                 Self::PANEL_BLOCK_BYTES,
             );
+        }
+    }
+
+    /// An [`F32Row`] in a span's piece of a panel ([`spanned_sweep`]).
+    #[derive(Clone, Copy)]
+    struct SpanRow<'a>(F32Row<'a>);
+
+    impl Row for SpanRow<'_> {
+        const PANEL_BLOCK_BYTES: usize = F32Row::PANEL_BLOCK_BYTES;
+        const PREFETCH_FROM_ROWS: usize = 2;
+        const TEMPORARIES: usize = 0;
+
+        #[inline(always)]
+        fn part(self, simd: V3, b: usize, j: usize) -> f32x8 {
+            self.0.part(simd, b, j)
+        }
+
+        #[inline(always)]
+        fn prefetch(self, simd: V3, b: usize) {
+            self.0.prefetch(simd, b);
         }
     }
 
@@ -336,10 +356,33 @@ mod imp {
         xs: &[&[[f32x8; 4]]; M],
         blocks: usize,
     ) -> [[f32; M]; RR] {
+        let mut acc = [[simd.splat_f32x8(0.0); M]; RR];
+        accumulate(simd, rows, xs, blocks, &mut acc);
+        let mut out = [[0.0f32; M]; RR];
+        for r in 0..RR {
+            for i in 0..M {
+                out[r][i] = simd.reduce_sum_f32s(acc[r][i]);
+            }
+        }
+        out
+    }
+
+    /// [`tile`]'s sums before their reduction: adds `blocks` blocks of each pair's products
+    /// to its 8 lanes in `sums`, so a row may be summed in pieces (spans of f32 rows) with
+    /// the same operations in the same order as in one.
+    #[allow(clippy::needless_range_loop)]
+    #[inline(always)]
+    fn accumulate<W: Row, const RR: usize, const M: usize>(
+        simd: V3,
+        rows: &[W; RR],
+        xs: &[&[[f32x8; 4]]; M],
+        blocks: usize,
+        sums: &mut [[f32x8; M]; RR],
+    ) {
         // Accumulators, `x`, a weight vector and its temporaries within the 16 registers.
         let hold_x = RR * M + M + 1 + W::TEMPORARIES <= 16;
         let zero = simd.splat_f32x8(0.0);
-        let mut acc = [[zero; M]; RR];
+        let mut acc = *sums;
         for b in 0..blocks {
             if M >= W::PREFETCH_FROM_ROWS {
                 let ahead = PREFETCH_AHEAD_BYTES / W::PANEL_BLOCK_BYTES;
@@ -374,13 +417,7 @@ mod imp {
                 }
             }
         }
-        let mut out = [[0.0f32; M]; RR];
-        for r in 0..RR {
-            for i in 0..M {
-                out[r][i] = simd.reduce_sum_f32s(acc[r][i]);
-            }
-        }
-        out
+        *sums = acc;
     }
 
     /// A register tile's arithmetic: `out[r][i] = rows[r] · xs[i]` for `RR` weight rows and
@@ -1224,6 +1261,18 @@ mod imp {
             let x: &[[f32x8; 4]] = cast_slice(x);
 
             match &mat.storage {
+                Storage::F32(w) if mat.spanned() => {
+                    spanned_sweep(
+                        simd,
+                        cast_slice(w),
+                        mat.panel_rows(),
+                        rows,
+                        x,
+                        blocks,
+                        m,
+                        outs,
+                    );
+                }
                 Storage::F32(w) => {
                     let w: &[[f32x8; 4]] = cast_slice(w);
                     let row = |r: usize| F32Row(panel(w, r, blocks), r % PANEL);
@@ -1615,6 +1664,221 @@ mod imp {
         );
     }
 
+    /// [`sweep`] for f32 rows stored in spans ([`span_width`]): for each group of
+    /// [`SPAN_GROUP`] rows (`rows` starts at one), span by span, the one-panel tiles over
+    /// every row of `x` (as [`run_rows`]), their 8-lane sums carried between spans, so each
+    /// output gets the same operations in the same order as from whole rows. The group's data
+    /// is one sequential stream, and a span of `x` serves its 8 panels from L1.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn spanned_sweep(
+        simd: V3,
+        w: &[[f32x8; 4]],
+        panel_rows: usize,
+        rows: Range<usize>,
+        x: &[[f32x8; 4]],
+        blocks: usize,
+        m: usize,
+        outs: &mut [&mut [f32]],
+    ) {
+        debug_assert!(rows.start.is_multiple_of(SPAN_GROUP));
+        let width = span_width(blocks);
+        let zero = simd.splat_f32x8(0.0);
+        // sums[(row in group) * m + i]
+        let mut sums = vec![zero; SPAN_GROUP * m];
+        let mut first = rows.start;
+        while first < rows.end {
+            let group_rows = SPAN_GROUP.min(panel_rows - first);
+            let panels = (rows.end.min(first + group_rows) - first).div_ceil(PANEL);
+            sums.fill(zero);
+            let mut start = 0;
+            while start < blocks {
+                let span = width.min(blocks - start);
+                let at = first * blocks + group_rows * start;
+                let pieces = &w[at..at + group_rows * span];
+                for p in 0..panels {
+                    let piece = &pieces[p * PANEL * span..(p + 1) * PANEL * span];
+                    let tile_rows = [SpanRow(F32Row(piece, 0)), SpanRow(F32Row(piece, 1))];
+                    let sums = &mut sums[p * PANEL * m..(p + 1) * PANEL * m];
+                    let mut i = 0;
+                    while i < m {
+                        let left = m - i;
+                        let take = match left {
+                            5 | 3 => left,
+                            l if l >= 4 => 4,
+                            l => l.min(2),
+                        };
+                        macro_rules! span_tile {
+                            ($m:literal) => {
+                                span_tile::<$m>(
+                                    simd, &tile_rows, x, blocks, start, span, i, m, sums,
+                                )
+                            };
+                        }
+                        match take {
+                            1 => span_tile!(1),
+                            2 => span_tile!(2),
+                            3 => span_tile!(3),
+                            4 => span_tile!(4),
+                            _ => span_tile!(5),
+                        }
+                        i += take;
+                    }
+                }
+                start += span;
+            }
+            for r in first..rows.end.min(first + group_rows) {
+                for (i, out) in outs.iter_mut().enumerate().take(m) {
+                    out[r - rows.start] = simd.reduce_sum_f32s(sums[(r - first) * m + i]);
+                }
+            }
+            first += group_rows;
+        }
+    }
+
+    /// The most rows of `x` that [`spanned_sweep`] takes a piece at a time; more (a prompt's
+    /// passes) run as [`SpannedPass`].
+    const SPAN_TILE_MAX_ROWS: usize = 8;
+
+    /// A product of spanned f32 rows ([`span_width`]) with more than [`SPAN_TILE_MAX_ROWS`]
+    /// rows of `x`, in its own SIMD context. Span by span, each tile of 4 rows of `x` runs
+    /// over the group's panels in turn, so the tile's span of `x` (8 KB) stays in L1 while the
+    /// group's pieces of the span (32 KB) are read again from L2 for each tile; piece by
+    /// piece instead (all the rows' span of `x` read from L2 for each piece, 128 KB at 64 rows),
+    /// the 1.5B's products at 64 rows took 1.35 of the time of whole rows against 1.07 this
+    /// way (Zen 3, docs/benchmarks.md, twenty-fifth session). Compiled apart from [`Job`]: in
+    /// the same function it slowed the tiles of 4 and 8 rows to the whole rows' time.
+    struct SpannedPass<'a, 'b> {
+        simd: V3,
+        product: Product<'a, 'b>,
+    }
+
+    impl NullaryFnOnce for SpannedPass<'_, '_> {
+        type Output = ();
+
+        #[inline(always)]
+        fn call(self) {
+            let SpannedPass {
+                simd,
+                product:
+                    Product {
+                        mat,
+                        rows,
+                        x,
+                        m,
+                        outs,
+                        ..
+                    },
+            } = self;
+            let Storage::F32(w) = &mat.storage else {
+                return;
+            };
+            let w: &[[f32x8; 4]] = cast_slice(w);
+            let x: &[[f32x8; 4]] = cast_slice(x);
+            let blocks = mat.padded_cols() / BLOCK;
+            let width = span_width(blocks);
+            let zero = simd.splat_f32x8(0.0);
+            let mut sums = vec![zero; SPAN_GROUP * m];
+            let mut first = rows.start;
+            while first < rows.end {
+                let group_rows = SPAN_GROUP.min(mat.panel_rows() - first);
+                let panels = (rows.end.min(first + group_rows) - first).div_ceil(PANEL);
+                let sums = &mut sums[..panels * PANEL * m];
+                sums.fill(zero);
+                let mut start = 0;
+                while start < blocks {
+                    let span = width.min(blocks - start);
+                    let at = first * blocks + group_rows * start;
+                    let pieces = &w[at..at + group_rows * span];
+                    let mut i = 0;
+                    while i < m {
+                        let take = if m - i >= 4 { 4 } else { m - i };
+                        macro_rules! span_panels {
+                            ($m:literal) => {
+                                span_panels::<$m>(simd, pieces, span, x, blocks, start, i, m, sums)
+                            };
+                        }
+                        match take {
+                            1 => span_panels!(1),
+                            2 => span_panels!(2),
+                            3 => span_panels!(3),
+                            _ => span_panels!(4),
+                        }
+                        i += take;
+                    }
+                    start += span;
+                }
+                for r in first..rows.end.min(first + group_rows) {
+                    for (i, out) in outs.iter_mut().enumerate().take(m) {
+                        out[r - rows.start] = simd.reduce_sum_f32s(sums[(r - first) * m + i]);
+                    }
+                }
+                first += group_rows;
+            }
+        }
+    }
+
+    /// Every panel's piece of a span (`pieces`, up to the panels that `sums` holds) against
+    /// rows `i..i + M` of `x`, a one-panel tile each, adding to the sums (`sums[r * m + i]`
+    /// for the group's row `r`).
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn span_panels<const M: usize>(
+        simd: V3,
+        pieces: &[[f32x8; 4]],
+        span: usize,
+        x: &[[f32x8; 4]],
+        blocks: usize,
+        start: usize,
+        i: usize,
+        m: usize,
+        sums: &mut [f32x8],
+    ) {
+        let xs: [&[[f32x8; 4]]; M] = std::array::from_fn(|u| {
+            let at = (i + u) * blocks + start;
+            &x[at..at + span]
+        });
+        for (piece, sums) in pieces
+            .chunks_exact(PANEL * span)
+            .zip(sums.chunks_exact_mut(PANEL * m))
+        {
+            let rows = [SpanRow(F32Row(piece, 0)), SpanRow(F32Row(piece, 1))];
+            let mut acc: [[f32x8; M]; PANEL] =
+                std::array::from_fn(|r| std::array::from_fn(|u| sums[r * m + i + u]));
+            accumulate(simd, &rows, &xs, span, &mut acc);
+            for (r, acc) in acc.iter().enumerate() {
+                sums[r * m + i..r * m + i + M].copy_from_slice(acc);
+            }
+        }
+    }
+
+    /// One panel's piece of a span against rows `i..i + M` of `x`, adding to the panel's two
+    /// rows' sums (`sums[r * m + i]`).
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn span_tile<const M: usize>(
+        simd: V3,
+        rows: &[SpanRow<'_>; PANEL],
+        x: &[[f32x8; 4]],
+        blocks: usize,
+        start: usize,
+        span: usize,
+        i: usize,
+        m: usize,
+        sums: &mut [f32x8],
+    ) {
+        let xs: [&[[f32x8; 4]]; M] = std::array::from_fn(|u| {
+            let at = (i + u) * blocks + start;
+            &x[at..at + span]
+        });
+        let mut acc: [[f32x8; M]; PANEL] =
+            std::array::from_fn(|r| std::array::from_fn(|u| sums[r * m + i + u]));
+        accumulate(simd, rows, &xs, span, &mut acc);
+        for (r, acc) in acc.iter().enumerate() {
+            sums[r * m + i..r * m + i + M].copy_from_slice(acc);
+        }
+    }
+
     /// Row `i` of `x` rounded to int8, `blocks` blocks a row.
     #[inline(always)]
     fn int8_row<'q>(q: &'q QuantizedRows, blocks: usize) -> impl Fn(usize) -> Int8Row<'q> + Copy {
@@ -1694,6 +1958,8 @@ mod imp {
     fn tall_tiles(mat: &PackedMatrix, m: usize) -> bool {
         let x_bytes = m * mat.padded_cols() * size_of::<f32>();
         match &mat.storage {
+            // Spanned f32 rows read `x` a span at a time, which fits L1.
+            Storage::F32(_) if mat.spanned() => false,
             Storage::F32(_) | Storage::Bf16(_) => m >= 3 && x_bytes >= TALL_X_BYTES,
             Storage::Q4 { .. } => m >= 3,
             Storage::Q8_0 { .. } => m >= 16,
@@ -1766,6 +2032,9 @@ mod imp {
                 product,
                 tall,
             });
+        }
+        if let Some(simd) = V3::try_new().filter(|_| mat.spanned() && m > SPAN_TILE_MAX_ROWS) {
+            return simd.vectorize(SpannedPass { simd, product });
         }
         let Some(simd) = V3::try_new() else {
             let Product {

@@ -25,7 +25,7 @@
 //!   `x`, Q4 from 3 rows, Q8_0 from 16), so each vector of `x` read serves two or three times
 //!   the multiply-adds. The grouped integer layouts with VNNI run one job per row count up to
 //!   8, each a tile of one panel × all the rows, and tiles of two panels × 4 rows beyond;
-//! - tiles ask for their weights 4 KB of a panel ahead (`prefetcht0`; for f32 only from two
+//! - tiles ask for their weights 4 KB of a panel ahead (`prefetcht0`; for f32 only from three
 //!   rows of `x` on), which measured faster for Q8_0 and bf16 at every row count; the grouped
 //!   tiles 8 KB ahead into L2 only (`prefetcht1`), so that rows of `x` read from L2 do not
 //!   wait behind the weights' misses to memory;
@@ -61,7 +61,11 @@
 //! stored in panels of 2, block by block (block `b` of rows `2p` and `2p + 1`, then block
 //! `b + 1`, …), so the weight rows a tile reads come from one to four sequential streams instead
 //! of one short stream per row; within a block:
-//! - f32: the row as is;
+//! - f32: the row as is. Rows longer than 32 blocks are stored in *spans* of at most 16
+//!   blocks: groups of 16 rows, each group span by span and each span panel by panel, so that
+//!   3 to 8 rows of `x` (one span of them fits L1) serve the group's 8 panels, whose pieces
+//!   are read in the order they are stored; the sums are carried from span to span, so each
+//!   output gets the same operations in the same order as from whole rows;
 //! - bf16: chunks of 16 weights in 8 `u32` words; word `l` holds weight `l` in its high half and
 //!   weight `8 + l` in its low half, so one 256-bit load gives two f32 vectors with a shift and
 //!   a mask;

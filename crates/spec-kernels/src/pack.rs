@@ -25,6 +25,43 @@ pub(crate) fn block_index(r: usize, b: usize, blocks: usize) -> usize {
     ((r / PANEL) * blocks + b) * PANEL + r % PANEL
 }
 
+/// Rows of an f32 matrix stored together span by span ([`span_width`]).
+pub(crate) const SPAN_GROUP: usize = 16;
+
+/// Blocks of a row (of `blocks`) in one span of an f32 matrix: the whole row up to 32 blocks
+/// (1024 inputs), else spans of at most 16 (2 KB of a row of `x`). Over several rows of `x` a
+/// tile reads every row of `x` once per panel; where 8 of them (48 KB for the 1.5B's 1536
+/// inputs, 280 KB for its `down`'s 8960) no longer fit L1 beside the panel, they came from L2
+/// for every panel, and that traffic shared L1's fills with the weights streamed from memory.
+/// In spans, [`SPAN_GROUP`] rows take one span of `x` (16 KB at 8 rows) in turn, so it stays
+/// in L1 for the group's 8 panels. Rows of up to 32 blocks stay whole: the 0.5B's 896 inputs
+/// in 2 spans of 14 blocks took 0.99-1.27 of the time of whole rows at one row of `x` (pairs
+/// of runs, Zen 3, twenty-fifth session), where the pieces' own cost is not hidden.
+pub(crate) fn span_width(blocks: usize) -> usize {
+    if blocks <= 32 {
+        blocks.max(1)
+    } else {
+        blocks.div_ceil(blocks.div_ceil(16))
+    }
+}
+
+/// Where block `b` of row `r` of an f32 matrix is stored, in blocks from the start (`blocks` a
+/// row, `panel_rows` rows with the padding row): rows in groups of [`SPAN_GROUP`], each group
+/// span by span, each span panel by panel as [`block_index`] within it. With one span a row
+/// this is [`block_index`].
+#[inline(always)]
+pub(crate) fn spanned_block_index(r: usize, b: usize, blocks: usize, panel_rows: usize) -> usize {
+    let width = span_width(blocks);
+    let first = r / SPAN_GROUP * SPAN_GROUP;
+    let group_rows = SPAN_GROUP.min(panel_rows - first);
+    let start = b / width * width;
+    let span = width.min(blocks - start);
+    first * blocks
+        + group_rows * start
+        + ((r - first) / PANEL * span + (b - start)) * PANEL
+        + r % PANEL
+}
+
 /// Writes row `r`'s `blocks` units of `unit` values (`row`, in order) to their places in the
 /// panel-ordered `out`.
 fn place_row<T: Copy>(out: &mut [T], r: usize, row: &[T], blocks: usize, unit: usize) {
@@ -420,7 +457,10 @@ impl PackedMatrix {
             WeightFormat::F32 => {
                 let mut out = vec![0.0f32; panel_rows * padded_cols];
                 for r in 0..rows {
-                    place_row(&mut out, r, &padded_row(r), blocks, BLOCK);
+                    for (b, values) in padded_row(r).chunks_exact(BLOCK).enumerate() {
+                        let at = spanned_block_index(r, b, blocks, panel_rows) * BLOCK;
+                        out[at..at + BLOCK].copy_from_slice(values);
+                    }
                 }
                 Storage::F32(out)
             }
@@ -629,6 +669,18 @@ impl PackedMatrix {
         self.padded_cols
     }
 
+    /// Rows stored, with the zero row that completes the last panel.
+    pub(crate) fn panel_rows(&self) -> usize {
+        self.rows.div_ceil(PANEL) * PANEL
+    }
+
+    /// Whether the rows are stored in spans of their columns ([`span_width`]): f32 rows
+    /// longer than one span.
+    pub(crate) fn spanned(&self) -> bool {
+        let blocks = self.padded_cols / BLOCK;
+        matches!(self.storage, Storage::F32(_)) && span_width(blocks) < blocks
+    }
+
     /// Bytes of packed weights a product streams (padding and scales included; not the few
     /// zeros after a Q4 matrix's minimums).
     pub fn stored_bytes(&self) -> usize {
@@ -802,7 +854,9 @@ impl PackedMatrix {
             run(0..n, &mut outs);
             return Ok(());
         };
-        let block_rows = n.div_ceil(blocks).div_ceil(4) * 4;
+        // A thread's rows start at a group of spans (see `span_width`).
+        let align = if self.spanned() { SPAN_GROUP } else { 4 };
+        let block_rows = n.div_ceil(blocks).div_ceil(align) * align;
         let blocks = n.div_ceil(block_rows);
         // outs[b][i] is row i of y restricted to the output columns of block b.
         let mut outs: Vec<Vec<&mut [f32]>> = (0..blocks).map(|_| Vec::with_capacity(m)).collect();

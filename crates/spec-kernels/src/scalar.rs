@@ -4,7 +4,7 @@ use std::ops::Range;
 
 use crate::pack::{
     BLOCK, PackedMatrix, Storage, block_index, grouped_byte, grouped_scale_index, high_place,
-    nibble_place, superblock_load,
+    nibble_place, spanned_block_index, superblock_load,
 };
 
 /// Writes weight row `r` (all `padded_cols` of it) as f32 into `out`.
@@ -13,7 +13,10 @@ pub(crate) fn dequantize_row(mat: &PackedMatrix, r: usize, out: &mut [f32]) {
     for (b, out) in out.chunks_exact_mut(BLOCK).enumerate().take(blocks) {
         let at = block_index(r, b, blocks);
         match &mat.storage {
-            Storage::F32(w) => out.copy_from_slice(&w[at * BLOCK..(at + 1) * BLOCK]),
+            Storage::F32(w) => {
+                let at = spanned_block_index(r, b, blocks, mat.panel_rows());
+                out.copy_from_slice(&w[at * BLOCK..(at + 1) * BLOCK]);
+            }
             Storage::Bf16(w) => {
                 let words = &w[at * BLOCK / 2..(at + 1) * BLOCK / 2];
                 for (chunk, out) in words.chunks_exact(8).zip(out.chunks_exact_mut(16)) {

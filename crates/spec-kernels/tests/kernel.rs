@@ -339,7 +339,17 @@ fn a_row_does_not_depend_on_the_others() {
 #[test]
 fn matches_reference_on_threaded_shapes() {
     // Large enough to be split over threads, with odd sizes to exercise every tail.
-    for (m, n, k) in [(1, 515, 301), (3, 1027, 96), (16, 333, 577), (7, 2049, 64)] {
+    // k 1100 (35 blocks) stores f32 rows in 3 uneven spans, split over threads at groups of
+    // 16 rows; 1027 rows leave a last group of 3 rows and the padding row.
+    for (m, n, k) in [
+        (1, 515, 301),
+        (3, 1027, 96),
+        (16, 333, 577),
+        (7, 2049, 64),
+        (8, 1027, 1100),
+        (4, 1027, 1100),
+        (37, 1027, 1100),
+    ] {
         run_case(m, n, k, (m * n * k) as u64).unwrap();
     }
 }
