@@ -151,6 +151,9 @@ mod imp {
 
     impl Row for SpanRow<'_> {
         const PANEL_BLOCK_BYTES: usize = F32Row::PANEL_BLOCK_BYTES;
+        // In spans, two rows of `x` took 0.88-1.01 of one row's time with hints against
+        // 1.05-1.12 without (the 1.5B's products, Zen 3, docs/benchmarks.md, twenty-fifth
+        // session); whole rows keep them from three rows (see `F32Row`).
         const PREFETCH_FROM_ROWS: usize = 2;
         const TEMPORARIES: usize = 0;
 
@@ -1743,11 +1746,12 @@ mod imp {
     /// A product of spanned f32 rows ([`span_width`]) with more than [`SPAN_TILE_MAX_ROWS`]
     /// rows of `x`, in its own SIMD context. Span by span, each tile of 4 rows of `x` runs
     /// over the group's panels in turn, so the tile's span of `x` (8 KB) stays in L1 while the
-    /// group's pieces of the span (32 KB) are read again from L2 for each tile; piece by
+    /// group's pieces of the span (32 KB) are read again from L2 for each tile. Piece by
     /// piece instead (all the rows' span of `x` read from L2 for each piece, 128 KB at 64 rows),
-    /// the 1.5B's products at 64 rows took 1.35 of the time of whole rows against 1.07 this
-    /// way (Zen 3, docs/benchmarks.md, twenty-fifth session). Compiled apart from [`Job`]: in
-    /// the same function it slowed the tiles of 4 and 8 rows to the whole rows' time.
+    /// the 1.5B's products at 64 rows took 1.2-1.6 of the time of whole rows, this way
+    /// 0.67-1.17 (alternated rounds, Zen 3, docs/benchmarks.md, twenty-fifth session).
+    /// Compiled apart from [`Job`]: in the same function it slowed the tiles of 4 and 8 rows
+    /// to the whole rows' time.
     struct SpannedPass<'a, 'b> {
         simd: V3,
         product: Product<'a, 'b>,
