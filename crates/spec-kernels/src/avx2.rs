@@ -1667,11 +1667,137 @@ mod imp {
         );
     }
 
-    /// [`sweep`] for f32 rows stored in spans ([`span_width`]): for each group of
-    /// [`SPAN_GROUP`] rows (`rows` starts at one), span by span, the one-panel tiles over
-    /// every row of `x` (as [`run_rows`]), their 8-lane sums carried between spans, so each
-    /// output gets the same operations in the same order as from whole rows. The group's data
-    /// is one sequential stream, and a span of `x` serves its 8 panels from L1.
+    /// The loops that [`spanned_sweep`] and [`SpannedPass`] share: for each group of
+    /// [`SPAN_GROUP`] rows (`rows` starts at one), span by span, [`AddSpan::add_span`] adds
+    /// the group's pieces of the span (its panels within `rows`, panel by panel) times `x` to
+    /// the group's 8-lane sums (`sums[(row in group) * m + i]`, zero at the group's start),
+    /// which are then reduced into `outs`.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn spanned_groups(
+        simd: V3,
+        w: &[[f32x8; 4]],
+        panel_rows: usize,
+        rows: Range<usize>,
+        blocks: usize,
+        m: usize,
+        outs: &mut [&mut [f32]],
+        add: impl AddSpan,
+    ) {
+        debug_assert!(rows.start.is_multiple_of(SPAN_GROUP));
+        let width = span_width(blocks);
+        let zero = simd.splat_f32x8(0.0);
+        let mut sums = vec![zero; SPAN_GROUP * m];
+        let mut first = rows.start;
+        while first < rows.end {
+            let group_rows = SPAN_GROUP.min(panel_rows - first);
+            let panels = (rows.end.min(first + group_rows) - first).div_ceil(PANEL);
+            let sums = &mut sums[..panels * PANEL * m];
+            sums.fill(zero);
+            let mut start = 0;
+            while start < blocks {
+                let span = width.min(blocks - start);
+                let at = first * blocks + group_rows * start;
+                add.add_span(&w[at..at + panels * PANEL * span], start, span, sums);
+                start += span;
+            }
+            for r in first..rows.end.min(first + group_rows) {
+                for (i, out) in outs.iter_mut().enumerate().take(m) {
+                    out[r - rows.start] = simd.reduce_sum_f32s(sums[(r - first) * m + i]);
+                }
+            }
+            first += group_rows;
+        }
+    }
+
+    /// How [`spanned_groups`] multiplies a span's pieces by `x`. A trait, not a closure: a
+    /// closure's body is not inlined into the SIMD context, and its intrinsics became calls
+    /// (the 1.5B's products took 4 times as long).
+    trait AddSpan {
+        /// Adds the pieces of a span (`span` blocks from block `start`, panel by panel) times
+        /// the rows of `x` to `sums` (`sums[(row in group) * m + i]`).
+        fn add_span(&self, pieces: &[[f32x8; 4]], start: usize, span: usize, sums: &mut [f32x8]);
+    }
+
+    /// The rows of `x` of a span, all of them, in one piece, a panel at a time.
+    struct PieceByPiece<'a> {
+        simd: V3,
+        x: &'a [[f32x8; 4]],
+        blocks: usize,
+        m: usize,
+    }
+
+    impl AddSpan for PieceByPiece<'_> {
+        #[inline(always)]
+        fn add_span(&self, pieces: &[[f32x8; 4]], start: usize, span: usize, sums: &mut [f32x8]) {
+            let &PieceByPiece { simd, x, blocks, m } = self;
+            let panels = sums.len() / (PANEL * m);
+            for p in 0..panels {
+                let piece = &pieces[p * PANEL * span..(p + 1) * PANEL * span];
+                let tile_rows = [SpanRow(F32Row(piece, 0)), SpanRow(F32Row(piece, 1))];
+                let sums = &mut sums[p * PANEL * m..(p + 1) * PANEL * m];
+                let mut i = 0;
+                while i < m {
+                    let left = m - i;
+                    let take = match left {
+                        5 | 3 => left,
+                        l if l >= 4 => 4,
+                        l => l.min(2),
+                    };
+                    macro_rules! span_tile {
+                        ($m:literal) => {
+                            span_tile::<$m>(simd, &tile_rows, x, blocks, start, span, i, m, sums)
+                        };
+                    }
+                    match take {
+                        1 => span_tile!(1),
+                        2 => span_tile!(2),
+                        3 => span_tile!(3),
+                        4 => span_tile!(4),
+                        _ => span_tile!(5),
+                    }
+                    i += take;
+                }
+            }
+        }
+    }
+
+    /// Tiles of 4 rows of `x` in turn, each over all the span's pieces ([`SpannedPass`]).
+    struct TileByTile<'a> {
+        simd: V3,
+        x: &'a [[f32x8; 4]],
+        blocks: usize,
+        m: usize,
+    }
+
+    impl AddSpan for TileByTile<'_> {
+        #[inline(always)]
+        fn add_span(&self, pieces: &[[f32x8; 4]], start: usize, span: usize, sums: &mut [f32x8]) {
+            let &TileByTile { simd, x, blocks, m } = self;
+            let mut i = 0;
+            while i < m {
+                let take = if m - i >= 4 { 4 } else { m - i };
+                macro_rules! span_panels {
+                    ($m:literal) => {
+                        span_panels::<$m>(simd, pieces, span, x, blocks, start, i, m, sums)
+                    };
+                }
+                match take {
+                    1 => span_panels!(1),
+                    2 => span_panels!(2),
+                    3 => span_panels!(3),
+                    _ => span_panels!(4),
+                }
+                i += take;
+            }
+        }
+    }
+
+    /// [`sweep`] for f32 rows stored in spans ([`span_width`]), 1 to [`SPAN_TILE_MAX_ROWS`]
+    /// rows of `x`: in each span ([`spanned_groups`]) each panel's piece against every row of
+    /// `x` in one-panel tiles (as [`run_rows`]), so each output gets the same operations in
+    /// the same order as from whole rows. The group's data is one sequential stream, and a
+    /// span of `x` serves its 8 panels from L1.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn spanned_sweep(
@@ -1684,64 +1810,16 @@ mod imp {
         m: usize,
         outs: &mut [&mut [f32]],
     ) {
-        debug_assert!(rows.start.is_multiple_of(SPAN_GROUP));
-        let width = span_width(blocks);
-        let zero = simd.splat_f32x8(0.0);
-        // sums[(row in group) * m + i]
-        let mut sums = vec![zero; SPAN_GROUP * m];
-        let mut first = rows.start;
-        while first < rows.end {
-            let group_rows = SPAN_GROUP.min(panel_rows - first);
-            let panels = (rows.end.min(first + group_rows) - first).div_ceil(PANEL);
-            sums.fill(zero);
-            let mut start = 0;
-            while start < blocks {
-                let span = width.min(blocks - start);
-                let at = first * blocks + group_rows * start;
-                let pieces = &w[at..at + group_rows * span];
-                for p in 0..panels {
-                    let piece = &pieces[p * PANEL * span..(p + 1) * PANEL * span];
-                    let tile_rows = [SpanRow(F32Row(piece, 0)), SpanRow(F32Row(piece, 1))];
-                    let sums = &mut sums[p * PANEL * m..(p + 1) * PANEL * m];
-                    let mut i = 0;
-                    while i < m {
-                        let left = m - i;
-                        let take = match left {
-                            5 | 3 => left,
-                            l if l >= 4 => 4,
-                            l => l.min(2),
-                        };
-                        macro_rules! span_tile {
-                            ($m:literal) => {
-                                span_tile::<$m>(
-                                    simd, &tile_rows, x, blocks, start, span, i, m, sums,
-                                )
-                            };
-                        }
-                        match take {
-                            1 => span_tile!(1),
-                            2 => span_tile!(2),
-                            3 => span_tile!(3),
-                            4 => span_tile!(4),
-                            _ => span_tile!(5),
-                        }
-                        i += take;
-                    }
-                }
-                start += span;
-            }
-            for r in first..rows.end.min(first + group_rows) {
-                for (i, out) in outs.iter_mut().enumerate().take(m) {
-                    out[r - rows.start] = simd.reduce_sum_f32s(sums[(r - first) * m + i]);
-                }
-            }
-            first += group_rows;
-        }
+        let add = PieceByPiece { simd, x, blocks, m };
+        spanned_groups(simd, w, panel_rows, rows, blocks, m, outs, add);
     }
 
     /// The most rows of `x` that [`spanned_sweep`] takes a piece at a time; more (a prompt's
-    /// passes) run as [`SpannedPass`].
-    const SPAN_TILE_MAX_ROWS: usize = 8;
+    /// passes) run as [`SpannedPass`]. A verification of 9 tokens (K 8) took 1.76-1.78 of one
+    /// row's time in the 1.5B's products as passes, 1.42-1.45 piece by piece (its span of `x`
+    /// 18 KB); 12 rows 1.89-2.05 and 1.81-1.86; 16 rows the same either way (alternated
+    /// rounds, Zen 3, docs/benchmarks.md, twenty-sixth session).
+    const SPAN_TILE_MAX_ROWS: usize = 16;
 
     /// A product of spanned f32 rows ([`span_width`]) with more than [`SPAN_TILE_MAX_ROWS`]
     /// rows of `x`, in its own SIMD context. Span by span, each tile of 4 rows of `x` runs
@@ -1780,45 +1858,8 @@ mod imp {
             let w: &[[f32x8; 4]] = cast_slice(w);
             let x: &[[f32x8; 4]] = cast_slice(x);
             let blocks = mat.padded_cols() / BLOCK;
-            let width = span_width(blocks);
-            let zero = simd.splat_f32x8(0.0);
-            let mut sums = vec![zero; SPAN_GROUP * m];
-            let mut first = rows.start;
-            while first < rows.end {
-                let group_rows = SPAN_GROUP.min(mat.panel_rows() - first);
-                let panels = (rows.end.min(first + group_rows) - first).div_ceil(PANEL);
-                let sums = &mut sums[..panels * PANEL * m];
-                sums.fill(zero);
-                let mut start = 0;
-                while start < blocks {
-                    let span = width.min(blocks - start);
-                    let at = first * blocks + group_rows * start;
-                    let pieces = &w[at..at + group_rows * span];
-                    let mut i = 0;
-                    while i < m {
-                        let take = if m - i >= 4 { 4 } else { m - i };
-                        macro_rules! span_panels {
-                            ($m:literal) => {
-                                span_panels::<$m>(simd, pieces, span, x, blocks, start, i, m, sums)
-                            };
-                        }
-                        match take {
-                            1 => span_panels!(1),
-                            2 => span_panels!(2),
-                            3 => span_panels!(3),
-                            _ => span_panels!(4),
-                        }
-                        i += take;
-                    }
-                    start += span;
-                }
-                for r in first..rows.end.min(first + group_rows) {
-                    for (i, out) in outs.iter_mut().enumerate().take(m) {
-                        out[r - rows.start] = simd.reduce_sum_f32s(sums[(r - first) * m + i]);
-                    }
-                }
-                first += group_rows;
-            }
+            let add = TileByTile { simd, x, blocks, m };
+            spanned_groups(simd, w, mat.panel_rows(), rows, blocks, m, outs, add);
         }
     }
 

@@ -63,9 +63,9 @@
 //! of one short stream per row; within a block:
 //! - f32: the row as is. Rows longer than 32 blocks are stored in *spans* of at most 16
 //!   blocks: groups of 16 rows, each group span by span and each span panel by panel, so that
-//!   3 to 8 rows of `x` (one span of them fits L1) serve the group's 8 panels, whose pieces
-//!   are read in the order they are stored; the sums are carried from span to span, so each
-//!   output gets the same operations in the same order as from whole rows;
+//!   2 to 16 rows of `x` (one span of them fits L1 up to 8 rows) serve the group's 8 panels,
+//!   whose pieces are read in the order they are stored; the sums are carried from span to
+//!   span, so each output gets the same operations in the same order as from whole rows;
 //! - bf16: chunks of 16 weights in 8 `u32` words; word `l` holds weight `l` in its high half and
 //!   weight `8 + l` in its low half, so one 256-bit load gives two f32 vectors with a shift and
 //!   a mask;

@@ -65,8 +65,20 @@ pub(crate) fn spanned_block_index(r: usize, b: usize, blocks: usize, panel_rows:
 /// Writes row `r`'s `blocks` units of `unit` values (`row`, in order) to their places in the
 /// panel-ordered `out`.
 fn place_row<T: Copy>(out: &mut [T], r: usize, row: &[T], blocks: usize, unit: usize) {
+    place_blocks(out, row, blocks, unit, |b| block_index(r, b, blocks));
+}
+
+/// Writes a row's `blocks` units of `unit` values (`row`, in order) to `out`, unit `b` at
+/// `index(b)` units from the start.
+fn place_blocks<T: Copy>(
+    out: &mut [T],
+    row: &[T],
+    blocks: usize,
+    unit: usize,
+    index: impl Fn(usize) -> usize,
+) {
     for (b, values) in row.chunks_exact(unit).enumerate().take(blocks) {
-        let at = block_index(r, b, blocks) * unit;
+        let at = index(b) * unit;
         out[at..at + unit].copy_from_slice(values);
     }
 }
@@ -457,10 +469,9 @@ impl PackedMatrix {
             WeightFormat::F32 => {
                 let mut out = vec![0.0f32; panel_rows * padded_cols];
                 for r in 0..rows {
-                    for (b, values) in padded_row(r).chunks_exact(BLOCK).enumerate() {
-                        let at = spanned_block_index(r, b, blocks, panel_rows) * BLOCK;
-                        out[at..at + BLOCK].copy_from_slice(values);
-                    }
+                    place_blocks(&mut out, &padded_row(r), blocks, BLOCK, |b| {
+                        spanned_block_index(r, b, blocks, panel_rows)
+                    });
                 }
                 Storage::F32(out)
             }

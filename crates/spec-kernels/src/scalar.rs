@@ -11,12 +11,12 @@ use crate::pack::{
 pub(crate) fn dequantize_row(mat: &PackedMatrix, r: usize, out: &mut [f32]) {
     let blocks = mat.padded_cols() / BLOCK;
     for (b, out) in out.chunks_exact_mut(BLOCK).enumerate().take(blocks) {
-        let at = block_index(r, b, blocks);
+        let at = match mat.storage {
+            Storage::F32(_) => spanned_block_index(r, b, blocks, mat.panel_rows()),
+            _ => block_index(r, b, blocks),
+        };
         match &mat.storage {
-            Storage::F32(w) => {
-                let at = spanned_block_index(r, b, blocks, mat.panel_rows());
-                out.copy_from_slice(&w[at * BLOCK..(at + 1) * BLOCK]);
-            }
+            Storage::F32(w) => out.copy_from_slice(&w[at * BLOCK..(at + 1) * BLOCK]),
             Storage::Bf16(w) => {
                 let words = &w[at * BLOCK / 2..(at + 1) * BLOCK / 2];
                 for (chunk, out) in words.chunks_exact(8).zip(out.chunks_exact_mut(16)) {
