@@ -14,7 +14,7 @@ use spec_core::verify::{Proposal, Verifier};
 type B = Flex;
 
 /// Drafts a step.
-pub(crate) const K: usize = 5;
+const K: usize = 5;
 
 /// Logits shaped like a language model's: a broad background with a few strong candidates.
 fn lm_logits(rng: &mut ChaCha8Rng, rows: usize, vocab: usize) -> Vec<f32> {
@@ -54,7 +54,7 @@ impl Case {
     /// Whether the draft's side of the step ([`Case::draft_probabilities`]) does any work
     /// worth timing: greedy drafts need no distribution.
     pub(crate) fn samples(&self) -> bool {
-        self.name != "greedy"
+        !self.config.is_greedy()
     }
 
     /// One verification of the chain, the target's logits turned into a tensor first.
