@@ -31,21 +31,34 @@ pub fn expected_tokens(alpha: f64, k: usize) -> f64 {
     total
 }
 
-/// [`expected_tokens`] for a draft length that may be fractional (a mean, e.g. what an adaptive
-/// policy drafted on average), in the closed form `(1 − α^{k+1}) / (1 − α)`; `k + 1` at `α = 1`.
-pub fn expected_tokens_at(alpha: f64, k: f64) -> f64 {
-    let alpha = alpha.clamp(0.0, 1.0);
-    if 1.0 - alpha < 1e-12 {
-        k + 1.0
-    } else {
-        (1.0 - alpha.powf(k + 1.0)) / (1.0 - alpha)
-    }
+/// [`expected_tokens`] averaged over a run's steps, `steps_by_length[k]` of which drafted `k`
+/// tokens: `Σ_k n_k·E[τ](α, k) / Σ_k n_k`; `None` without steps. A run's draft length varies
+/// (an adaptive policy; a fixed `K` whose last step is cut short by the tokens left), and
+/// `E[τ]` is concave in `K`, so this is below `E[τ]` at the mean length (Jensen's inequality):
+/// the mean length would credit the steps with tokens none of them could yield.
+pub fn mean_expected_tokens(alpha: f64, steps_by_length: &[u64]) -> Option<f64> {
+    let steps: u64 = steps_by_length.iter().sum();
+    let tokens: f64 = steps_by_length
+        .iter()
+        .enumerate()
+        .map(|(k, &n)| n as f64 * expected_tokens(alpha, k))
+        .sum();
+    (steps > 0).then(|| tokens / steps as f64)
 }
 
-/// The expected speed-up `E[τ] / (K·c + 1)` of `k` drafts (fractional allowed) whose draft step
-/// costs `c` target steps (Leviathan et al. 2023, Theorem 3.8).
-pub fn speedup_bound(alpha: f64, k: f64, c: f64) -> f64 {
-    expected_tokens_at(alpha, k) / (k * c + 1.0)
+/// The expected speed-up of Leviathan et al. (2023, Theorem 3.8) over a run's steps,
+/// `steps_by_length[k]` of which drafted `k` tokens at `c` target steps a draft token: the
+/// expected tokens `Σ_k n_k·E[τ](α, k)` over the steps' cost `Σ_k n_k·(k·c + 1)` in target steps.
+/// With every step at one `K` this is the theorem's `E[τ](α, K) / (K·c + 1)`. `None` without
+/// steps.
+pub fn speedup_bound(alpha: f64, c: f64, steps_by_length: &[u64]) -> Option<f64> {
+    let steps: u64 = steps_by_length.iter().sum();
+    let cost: f64 = steps_by_length
+        .iter()
+        .enumerate()
+        .map(|(k, &n)| n as f64 * (k as f64 * c + 1.0))
+        .sum();
+    Some(mean_expected_tokens(alpha, steps_by_length)? * steps as f64 / cost)
 }
 
 /// The `K ∈ k_min..=k_max` that maximizes `E[τ](α, K) / cost(K)`, `cost(K)` being a step with `K`
@@ -389,25 +402,40 @@ mod tests {
     #[test]
     fn the_bound_is_leviathans_expected_speedup() {
         // α = 0.5, K = 2: E[τ] = 1 + 0.5 + 0.25 = 1.75; c = 0.25: bound = 1.75 / (2·0.25 + 1).
-        assert!((expected_tokens_at(0.5, 2.0) - 1.75).abs() < 1e-12);
-        assert!((speedup_bound(0.5, 2.0, 0.25) - 1.75 / 1.5).abs() < 1e-12);
+        let close = |a: Option<f64>, b: f64| (a.unwrap() - b).abs() < 1e-12;
+        assert!(close(mean_expected_tokens(0.5, &[0, 0, 3]), 1.75));
+        assert!(close(speedup_bound(0.5, 0.25, &[0, 0, 3]), 1.75 / 1.5));
         // Every draft accepted: K + 1 tokens a step; free drafts: the bound is E[τ] itself.
-        assert_eq!(expected_tokens_at(1.0, 4.0), 5.0);
-        assert!((speedup_bound(0.8, 3.0, 0.0) - expected_tokens_at(0.8, 3.0)).abs() < 1e-12);
+        assert!(close(mean_expected_tokens(1.0, &[0, 0, 0, 0, 1]), 5.0));
+        assert!(close(
+            speedup_bound(0.8, 0.0, &[0, 0, 0, 2]),
+            expected_tokens(0.8, 3)
+        ));
         // Nothing accepted: one token a step, slowed by the drafting.
-        assert!((speedup_bound(0.0, 4.0, 0.1) - 1.0 / 1.4).abs() < 1e-12);
-        // Whole K agrees with the sum; a mean K lies between its neighbours.
-        for alpha in [0.0, 0.3, 0.75, 0.999] {
-            for k in 0..9 {
-                let sum = expected_tokens(alpha, k);
-                assert!(
-                    (expected_tokens_at(alpha, k as f64) - sum).abs() < 1e-9,
-                    "{alpha} {k}"
-                );
-            }
-            let mid = expected_tokens_at(alpha, 2.5);
-            assert!(mid >= expected_tokens_at(alpha, 2.0) && mid <= expected_tokens_at(alpha, 3.0));
+        assert!(close(speedup_bound(0.0, 0.1, &[0, 0, 0, 0, 7]), 1.0 / 1.4));
+        // No steps, no bound.
+        assert_eq!(mean_expected_tokens(0.5, &[]), None);
+        assert_eq!(speedup_bound(0.5, 0.1, &[0, 0, 0]), None);
+    }
+
+    #[test]
+    fn a_varying_draft_length_is_bounded_step_by_step() {
+        // One step of K 2 and one of K 6 (mean K 4): the steps' own expectations, which lie
+        // below E[τ] at K 4 whenever α is strictly between 0 and 1 (E[τ] is concave in K).
+        let c = 0.1;
+        for alpha in [0.3, 0.75, 0.9] {
+            let mean = mean_expected_tokens(alpha, &[0, 0, 1, 0, 0, 0, 1]).unwrap();
+            let by_step = (expected_tokens(alpha, 2) + expected_tokens(alpha, 6)) / 2.0;
+            assert!((mean - by_step).abs() < 1e-12);
+            assert!(mean < expected_tokens(alpha, 4) - 1e-6, "{alpha}");
+            let bound = speedup_bound(alpha, c, &[0, 0, 1, 0, 0, 0, 1]).unwrap();
+            assert!((bound - by_step / (4.0 * c + 1.0)).abs() < 1e-12);
         }
+        // With every draft accepted E[τ] = K + 1 is linear: the mean length is exact.
+        let all = mean_expected_tokens(1.0, &[0, 0, 1, 0, 0, 0, 1]).unwrap();
+        assert!((all - 5.0).abs() < 1e-12);
+        // A plain step (K 0) yields one token at one step's cost.
+        assert!((speedup_bound(0.9, c, &[3]).unwrap() - 1.0).abs() < 1e-12);
     }
 
     #[test]

@@ -116,6 +116,21 @@ impl Metrics {
             .collect()
     }
 
+    /// Steps by the depth their draft reached: `[d]` counts the steps whose deepest draft was
+    /// at position `d` (a chain of `d` drafts), `[0]` the steps that drafted nothing. A step of
+    /// depth `d` counts at positions 1..=d of [`Metrics::by_position`], so the steps of depth
+    /// exactly `d` are what position `d` counted and position `d + 1` did not.
+    pub fn steps_by_depth(&self) -> Vec<u64> {
+        let reached = |position: usize| {
+            position.checked_sub(1).map_or(self.steps, |i| {
+                self.by_position.get(i).map_or(0, |c| c.drafted)
+            })
+        };
+        (0..=self.by_position.len())
+            .map(|d| reached(d).saturating_sub(reached(d + 1)))
+            .collect()
+    }
+
     /// Adds `other`'s counters to these.
     pub fn merge(&mut self, other: &Metrics) {
         self.steps += other.steps;
@@ -182,6 +197,26 @@ mod tests {
         let alpha = m.alpha().unwrap();
         assert!((alpha - 0.64).abs() < 0.01, "{alpha}");
         assert!(expected_tau(alpha) < tau - 1.0);
+    }
+
+    #[test]
+    fn steps_by_depth_counts_each_step_once() {
+        let mut m = Metrics::default();
+        // A fixed K 4 whose last step had 2 tokens left to draft, and an adaptive policy's
+        // plain step and K 1.
+        for (drafted, accepted) in [(4, 4), (4, 1), (2, 2), (0, 0), (1, 0)] {
+            m.record_counts(drafted, drafted, accepted);
+        }
+        assert_eq!(m.steps_by_depth(), vec![1, 1, 1, 0, 2]);
+        assert_eq!(m.steps_by_depth().iter().sum::<u64>(), m.steps);
+        let drafted: u64 = m
+            .steps_by_depth()
+            .iter()
+            .enumerate()
+            .map(|(d, &n)| d as u64 * n)
+            .sum();
+        assert_eq!(drafted, m.drafted);
+        assert_eq!(Metrics::default().steps_by_depth(), vec![0]);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! How many tokens to draft per step.
 
 use spec_core::length::{AcceptanceRate, WidthCosts, best_length_by};
-pub use spec_core::length::{best_length, expected_tokens, expected_tokens_at, speedup_bound};
+pub use spec_core::length::{best_length, expected_tokens, mean_expected_tokens, speedup_bound};
 
 use crate::error::{Result, SamplingError};
 

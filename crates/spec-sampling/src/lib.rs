@@ -67,6 +67,6 @@ pub use drafter::{DraftModelDrafter, Estimates, INITIAL_CACHE_POSITIONS, weight_
 pub use error::{Result, SamplingError};
 pub use length::{
     AutoLength, DEFAULT_K, DEFAULT_K_MAX, DraftLength, best_length, expected_tokens,
-    expected_tokens_at, speedup_bound,
+    mean_expected_tokens, speedup_bound,
 };
 pub use vocab::check_vocabularies;
