@@ -1042,15 +1042,9 @@ fn summarize(runs: &[RunRecord], categories: &[String]) -> Vec<Summary> {
             };
             let acceptance_by_position = counts.acceptance_by_position();
             let alpha_per_tested_draft = counts.alpha_per_tested_draft();
-            let draft_bound = plain.as_deref().and_then(|plain| {
-                draft_bound(
-                    &mine,
-                    plain,
-                    alpha_per_tested_draft,
-                    &counts.steps_by_depth(),
-                    (speedup, decode_speedup),
-                )
-            });
+            let draft_bound = plain
+                .as_deref()
+                .and_then(|plain| draft_bound(&mine, plain, &counts, (speedup, decode_speedup)));
             out.push(Summary {
                 target: target.clone(),
                 method: method.clone(),
@@ -1077,27 +1071,26 @@ fn summarize(runs: &[RunRecord], categories: &[String]) -> Vec<Summary> {
 }
 
 /// The [`DraftBound`] of a draft-model method's runs `mine` (one method, one target), with
-/// `plain` the plain runs of the same target and prompts, `alpha` (per tested draft), the runs'
-/// steps by draft length (`Metrics::steps_by_depth`) and the speedups (whole generation,
+/// `plain` the plain runs of the same target and prompts, `counts` the counters summed over
+/// `mine` (α per tested draft, the steps by draft length) and the speedups (whole generation,
 /// decode) the summary's. `None` for methods without a draft model, or when something it needs
 /// was not measured (nothing drafted, no plain steps).
 fn draft_bound(
     mine: &[&RunRecord],
     plain: &[&RunRecord],
-    alpha: Option<f64>,
-    steps_by_length: &[u64],
+    counts: &Metrics,
     (speedup, decode_speedup): (Option<f64>, Option<f64>),
 ) -> Option<DraftBound> {
     let first = mine.first()?;
     if !uses_draft_model(&first.method_name) {
         return None;
     }
-    let alpha = alpha?;
+    let alpha = counts.alpha_per_tested_draft()?;
     let total =
         |runs: &[&RunRecord], f: fn(&RunRecord) -> f64| runs.iter().map(|r| f(r)).sum::<f64>();
     let count =
         |runs: &[&RunRecord], f: fn(&RunRecord) -> u64| runs.iter().map(|r| f(r)).sum::<u64>();
-    let (draft_forwards, steps) = (count(mine, |r| r.draft_forwards), count(mine, |r| r.steps));
+    let (draft_forwards, steps) = (count(mine, |r| r.draft_forwards), counts.steps);
     let plain_steps = count(plain, |r| r.steps);
     if draft_forwards == 0 || steps == 0 || plain_steps == 0 {
         return None;
@@ -1109,10 +1102,11 @@ fn draft_bound(
     }
     // The mean drafted per step: a fixed K's last step of a generation drafts only the tokens
     // left, and `auto` varies.
-    let k = count(mine, |r| r.drafted) as f64 / steps as f64;
+    let k = counts.drafted as f64 / steps as f64;
     let cost_ratio = draft_forward_seconds / plain_step_seconds;
-    let speedup_bound = speedup_bound(alpha, cost_ratio, steps_by_length)?;
-    let expected_tau = mean_expected_tokens(alpha, steps_by_length)?;
+    let steps_by_length = counts.steps_by_depth();
+    let speedup_bound = speedup_bound(alpha, cost_ratio, &steps_by_length)?;
+    let expected_tau = mean_expected_tokens(alpha, &steps_by_length)?;
     let verify_ratio = total(mine, |r| r.step_seconds) / steps as f64 / plain_step_seconds;
     Some(DraftBound {
         alpha,
