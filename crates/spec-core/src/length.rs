@@ -48,17 +48,22 @@ pub fn mean_expected_tokens(alpha: f64, steps_by_length: &[u64]) -> Option<f64> 
 
 /// The expected speed-up of Leviathan et al. (2023, Theorem 3.8) over a run's steps,
 /// `steps_by_length[k]` of which drafted `k` tokens at `c` target steps a draft token: the
-/// expected tokens `Σ_k n_k·E[τ](α, k)` over the steps' cost `Σ_k n_k·(k·c + 1)` in target steps.
-/// With every step at one `K` this is the theorem's `E[τ](α, K) / (K·c + 1)`. `None` without
-/// steps.
+/// steps' mean expected tokens ([`mean_expected_tokens`]) over their mean cost `K̄·c + 1` in
+/// target steps (the cost is linear in `K`, so its mean is the cost at the mean length, where
+/// `E[τ]`'s is not). With every step at one `K` this is the theorem's `E[τ](α, K) / (K·c + 1)`.
+/// `None` without steps, or where `c` is not a finite number ≥ 0.
 pub fn speedup_bound(alpha: f64, c: f64, steps_by_length: &[u64]) -> Option<f64> {
+    if !(c.is_finite() && c >= 0.0) {
+        return None;
+    }
+    let expected = mean_expected_tokens(alpha, steps_by_length)?;
     let steps: u64 = steps_by_length.iter().sum();
-    let cost: f64 = steps_by_length
+    let drafted: u64 = steps_by_length
         .iter()
         .enumerate()
-        .map(|(k, &n)| n as f64 * (k as f64 * c + 1.0))
+        .map(|(k, &n)| k as u64 * n)
         .sum();
-    Some(mean_expected_tokens(alpha, steps_by_length)? * steps as f64 / cost)
+    Some(expected / (drafted as f64 / steps as f64 * c + 1.0))
 }
 
 /// The `K ∈ k_min..=k_max` that maximizes `E[τ](α, K) / cost(K)`, `cost(K)` being a step with `K`
@@ -436,6 +441,18 @@ mod tests {
         assert!((all - 5.0).abs() < 1e-12);
         // A plain step (K 0) yields one token at one step's cost.
         assert!((speedup_bound(0.9, c, &[3]).unwrap() - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_bound_needs_steps_and_a_cost() {
+        assert_eq!(speedup_bound(0.9, 0.1, &[]), None);
+        assert_eq!(speedup_bound(0.9, 0.1, &[0, 0, 0]), None);
+        for c in [-0.1, f64::NAN, f64::INFINITY] {
+            assert_eq!(speedup_bound(0.9, c, &[0, 4]), None, "{c}");
+        }
+        // Free drafts: the bound is E[τ] itself.
+        let free = speedup_bound(0.9, 0.0, &[0, 0, 0, 2]).unwrap();
+        assert!((free - expected_tokens(0.9, 3)).abs() < 1e-12);
     }
 
     #[test]
