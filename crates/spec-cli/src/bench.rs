@@ -1028,6 +1028,7 @@ fn summarize(runs: &[RunRecord], categories: &[String]) -> Vec<Summary> {
             let counts = Metrics {
                 steps: sum(|r| r.steps),
                 target_forwards: sum(|r| r.target_forwards),
+                draft_forwards: sum(|r| r.draft_forwards),
                 drafted: sum(|r| r.drafted),
                 accepted: sum(|r| r.accepted),
                 rejections: sum(|r| r.rejections),
@@ -1038,7 +1039,6 @@ fn summarize(runs: &[RunRecord], categories: &[String]) -> Vec<Summary> {
                         accepted: mine.iter().map(|r| at(&r.accepted_by_position, i)).sum(),
                     })
                     .collect(),
-                ..Metrics::default()
             };
             let acceptance_by_position = counts.acceptance_by_position();
             let alpha_per_tested_draft = counts.alpha_per_tested_draft();
@@ -1072,7 +1072,7 @@ fn summarize(runs: &[RunRecord], categories: &[String]) -> Vec<Summary> {
 
 /// The [`DraftBound`] of a draft-model method's runs `mine` (one method, one target), with
 /// `plain` the plain runs of the same target and prompts, `counts` the counters summed over
-/// `mine` (α per tested draft, the steps by draft length) and the speedups (whole generation,
+/// `mine` (α per tested draft, steps, draft forwards, the steps by draft length) and the speedups (whole generation,
 /// decode) the summary's. `None` for methods without a draft model, or when something it needs
 /// was not measured (nothing drafted, no plain steps).
 fn draft_bound(
@@ -1090,7 +1090,7 @@ fn draft_bound(
         |runs: &[&RunRecord], f: fn(&RunRecord) -> f64| runs.iter().map(|r| f(r)).sum::<f64>();
     let count =
         |runs: &[&RunRecord], f: fn(&RunRecord) -> u64| runs.iter().map(|r| f(r)).sum::<u64>();
-    let (draft_forwards, steps) = (count(mine, |r| r.draft_forwards), counts.steps);
+    let (draft_forwards, steps) = (counts.draft_forwards, counts.steps);
     let plain_steps = count(plain, |r| r.steps);
     if draft_forwards == 0 || steps == 0 || plain_steps == 0 {
         return None;
