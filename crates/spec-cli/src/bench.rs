@@ -67,8 +67,33 @@ const DRAFT_GROUP_PER_CATEGORY: usize = 1;
 /// `--quick`: one prompt per category, fewer tokens, the n-gram methods on SmolLM2.
 const QUICK_METHODS: &str = "plain,prompt-lookup";
 const QUICK_MAX_NEW_TOKENS: usize = 32;
-/// New tokens of each method's warm-up generation.
+/// New tokens of each method's warm-up generation on flex.
 const WARMUP_TOKENS: usize = 4;
+
+/// How `spec bench` warms up before timing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WarmUp {
+    /// One generation of [`WARMUP_TOKENS`] per method on the first prompt: flex runs fixed
+    /// kernels, so this only loads the weights into the caches and sizes the allocations.
+    Short,
+    /// Every method on every prompt with the run's token count, untimed. wgpu and cuda compile
+    /// (and autotune) kernels for each new shape: a prompt's length, a key count's class, a
+    /// catch-up's width. In a timed run the first method to meet a shape pays for it, and plain
+    /// decoding runs first on every prompt: on an H200 its prefill of the second code prompt
+    /// took 9.1 s where the methods after the first draft-model one took 0.2-0.4 s, which made
+    /// their end-to-end speedups 1.7-1.8x where their decode speedups were 0.90-1.05x
+    /// (docs/benchmarks.md, "On a lent H200").
+    WholePass,
+}
+
+impl WarmUp {
+    fn for_backend(backend: BackendName) -> Self {
+        match backend {
+            BackendName::Flex => Self::Short,
+            BackendName::Wgpu | BackendName::Cuda => Self::WholePass,
+        }
+    }
+}
 
 /// Arguments of `spec bench`.
 #[derive(clap::Args, Debug)]
@@ -707,27 +732,40 @@ pub(crate) fn run<B: Backend>(args: &BenchArgs, device: &B::Device) -> Result<()
     }
     let mut options = GenerateOptions::new(plan.max_new_tokens, sampling);
 
-    // Warm-up: one short generation per method (and so per model) before timing.
+    // Warm-up before timing: on flex one short generation per method (and so per model); on a
+    // backend that compiles kernels per shape, a whole untimed pass (see `WarmUp`).
+    let warm_up = WarmUp::for_backend(args.backend);
     for group in &mut groups {
         options.stop_tokens = group.tokenizer.eos_ids().to_vec();
-        options.max_new_tokens = WARMUP_TOKENS.min(group.max_new_tokens);
+        options.max_new_tokens = match warm_up {
+            WarmUp::Short => WARMUP_TOKENS.min(group.max_new_tokens),
+            WarmUp::WholePass => group.max_new_tokens,
+        };
         options.cache_capacity = Some(cache_capacity(group));
-        let prompt = &group.prompts[0].1;
+        let prompts = match warm_up {
+            WarmUp::Short => &group.prompts[..1],
+            WarmUp::WholePass => &group.prompts[..],
+        };
         for (planned, drafter) in &mut group.methods {
             eprintln!(
-                "spec bench: warming up {} on {}",
-                planned.method.label, group.target
+                "spec bench: warming up {} on {} ({} prompt(s), {} tokens)",
+                planned.method.label,
+                group.target,
+                prompts.len(),
+                options.max_new_tokens
             );
-            generate_speculative(
-                &group.model.model,
-                drafter.as_mut(),
-                prompt,
-                &options,
-                &mut |_| {},
-            )
-            .with_context(|| format!("warming up {}", planned.method.label))?;
-            // No prompt may be measured against its own warm-up answer.
-            drafter.forget_requests();
+            for (_, prompt) in prompts {
+                generate_speculative(
+                    &group.model.model,
+                    drafter.as_mut(),
+                    prompt,
+                    &options,
+                    &mut |_| {},
+                )
+                .with_context(|| format!("warming up {}", planned.method.label))?;
+                // No prompt may be measured against its own warm-up answer.
+                drafter.forget_requests();
+            }
         }
     }
 

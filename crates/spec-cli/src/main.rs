@@ -324,7 +324,10 @@ fn main() -> Result<()> {
             #[cfg(feature = "wgpu")]
             BackendName::Wgpu => bench::run::<burn::backend::Wgpu>(&args, &Default::default()),
             #[cfg(feature = "cuda")]
-            BackendName::Cuda => bench::run::<burn::backend::Cuda>(&args, &Default::default()),
+            BackendName::Cuda => {
+                check_cuda()?;
+                bench::run::<burn::backend::Cuda>(&args, &Default::default())
+            }
             #[allow(unreachable_patterns)]
             other => bail!(
                 "this `spec` was built without the {other:?} backend; rebuild with `--features {}`",
@@ -337,7 +340,10 @@ fn main() -> Result<()> {
             #[cfg(feature = "wgpu")]
             BackendName::Wgpu => generate::<burn::backend::Wgpu>(&args, &Default::default()),
             #[cfg(feature = "cuda")]
-            BackendName::Cuda => generate::<burn::backend::Cuda>(&args, &Default::default()),
+            BackendName::Cuda => {
+                check_cuda()?;
+                generate::<burn::backend::Cuda>(&args, &Default::default())
+            }
             #[allow(unreachable_patterns)]
             other => bail!(
                 "this `spec` was built without the {other:?} backend; rebuild with `--features {}`",
@@ -345,6 +351,30 @@ fn main() -> Result<()> {
             ),
         },
     }
+}
+
+/// Checks that the NVIDIA driver's library loads and sees a GPU. burn's cuda runtime starts
+/// its device in a thread of its own and panics there on a machine without either (the caller
+/// then sees only a closed channel), so `--backend cuda` asks first.
+#[cfg(feature = "cuda")]
+fn check_cuda() -> Result<()> {
+    const HINT: &str = "--backend cuda needs an NVIDIA GPU and its driver; use --backend flex \
+                        (the CPU) or wgpu instead";
+    // SAFETY: only tries to open the driver's shared library with `libloading`, which runs its
+    // initialisers; no symbol is called.
+    #[allow(unsafe_code)]
+    let present = unsafe { cudarc::driver::sys::is_culib_present() };
+    if !present {
+        bail!("the NVIDIA driver's library (libcuda) was not found: {HINT}");
+    }
+    cudarc::driver::result::init()
+        .map_err(|e| anyhow::anyhow!("the NVIDIA driver did not start ({e:?}): {HINT}"))?;
+    let gpus = cudarc::driver::result::device::get_count()
+        .map_err(|e| anyhow::anyhow!("the NVIDIA driver could not count GPUs ({e:?}): {HINT}"))?;
+    if gpus < 1 {
+        bail!("the NVIDIA driver sees no GPU: {HINT}");
+    }
+    Ok(())
 }
 
 fn generate<B: Backend>(args: &GenerateArgs, device: &B::Device) -> Result<()> {
