@@ -1110,8 +1110,8 @@ fn summarize(runs: &[RunRecord], categories: &[String]) -> Vec<Summary> {
 
 /// The [`DraftBound`] of a draft-model method's runs `mine` (one method, one target), with
 /// `plain` the plain runs of the same target and prompts, `counts` the counters summed over
-/// `mine` (α per tested draft, steps, draft forwards, the steps by draft length) and the speedups (whole generation,
-/// decode) the summary's. `None` for methods without a draft model, or when something it needs
+/// `mine` (α per tested draft, steps, draft forwards, the steps by draft length) and the
+/// speedups (whole generation, decode) the summary's. `None` for methods without a draft model, or when something it needs
 /// was not measured (nothing drafted, no plain steps).
 fn draft_bound(
     mine: &[&RunRecord],
