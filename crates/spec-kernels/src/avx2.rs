@@ -13,7 +13,7 @@ mod imp {
     use std::marker::PhantomData;
     use std::ops::Range;
 
-    use core::arch::x86_64::{__m128i, __m256i};
+    use core::arch::x86_64::{__m128i, __m256i, __m512};
     use pulp::bytemuck::cast_slice;
     use pulp::core_arch::x86::Avx512vnni;
     use pulp::x86::{V3, V4};
@@ -1872,6 +1872,126 @@ mod imp {
         }
     }
 
+    /// The rows of `x` for which a spanned f32 product takes one tile of one panel × all the
+    /// rows on a CPU with AVX-512 ([`WideSpanJob`]): from 6, which 16 registers split into two
+    /// tiles (4 + 2 up to 4 + 4 + 4 + 4), to [`SPAN_TILE_MAX_ROWS`]. The 1.5B's products
+    /// (Zen 5, docs/benchmarks.md, thirty-first session; ÷ one row in the same round): 9 rows
+    /// 1.28–2.02 → 1.10–1.15 at one row's memory speed of that moment, 16 rows 2.37–3.34 →
+    /// 1.54–2.19.
+    const WIDE_SPAN_ROWS: std::ops::RangeInclusive<usize> = 6..=SPAN_TILE_MAX_ROWS;
+
+    /// A product of spanned f32 rows with `M` rows of `x` ([`WIDE_SPAN_ROWS`]) inside `V4`'s
+    /// target features, each panel's piece of a span in one tile of all `M` rows
+    /// ([`paired_tile`], `M` 16-lane sums): each weight vector streamed from memory serves
+    /// every row at once, where two or more tiles of one panel (16 registers) stop the stream
+    /// while the later ones read the piece again from L1. One job per `M`, compiled apart (as
+    /// [`VnniJob`]).
+    struct WideSpanJob<'a, 'b, const M: usize> {
+        simd: V4,
+        product: Product<'a, 'b>,
+    }
+
+    impl<const M: usize> NullaryFnOnce for WideSpanJob<'_, '_, M> {
+        type Output = ();
+
+        #[inline(always)]
+        fn call(self) {
+            let WideSpanJob {
+                simd,
+                product:
+                    Product {
+                        mat,
+                        rows,
+                        x,
+                        m,
+                        outs,
+                        ..
+                    },
+            } = self;
+            debug_assert_eq!(m, M);
+            let Storage::F32(w) = &mat.storage else {
+                return;
+            };
+            let w: &[[f32x8; 4]] = cast_slice(w);
+            let x: &[[f32x8; 4]] = cast_slice(x);
+            let blocks = mat.padded_cols() / BLOCK;
+            let add = OneTile::<M> {
+                v4: simd,
+                operands: SpanOperands {
+                    simd: *simd,
+                    x,
+                    blocks,
+                    m,
+                },
+            };
+            spanned_groups(*simd, w, mat.panel_rows(), rows, blocks, m, outs, add);
+        }
+    }
+
+    /// Each panel's piece of a span against all `M` rows of `x` in one tile ([`WideSpanJob`]).
+    struct OneTile<'a, const M: usize> {
+        v4: V4,
+        operands: SpanOperands<'a>,
+    }
+
+    impl<const M: usize> AddSpan for OneTile<'_, M> {
+        #[inline(always)]
+        fn add_span(&self, pieces: &[[f32x8; 4]], start: usize, span: usize, sums: &mut [f32x8]) {
+            let SpanOperands { x, blocks, m, .. } = self.operands;
+            for (piece, sums) in pieces
+                .chunks_exact(PANEL * span)
+                .zip(sums.chunks_exact_mut(PANEL * m))
+            {
+                let xs: [&[[f32x8; 4]]; M] = std::array::from_fn(|u| {
+                    let at = u * blocks + start;
+                    &x[at..at + span]
+                });
+                paired_tile(self.v4, piece, &xs, span, m, sums);
+            }
+        }
+    }
+
+    /// A panel's piece (`span` blocks) against the `M` rows of `x` in `xs`, adding to the
+    /// panel's sums (`sums[r * m + i]`), the panel's two weight rows side by side in 16-lane
+    /// vectors: lanes 0-7 hold row 0's 8-lane sums, lanes 8-15 row 1's, and each vector of
+    /// `x` is broadcast to both halves. Lane for lane, one 16-lane multiply-add is what two of
+    /// [`accumulate`]'s 8-lane ones do (same operands in the same order, so the same bits), in
+    /// half the instructions. Against one tile of `2 M` 8-lane sums, the 1.5B's products at 12
+    /// rows took 1.32–1.39 of one row's time against 1.48–1.57 (at 9 rows 1.10–1.15 either
+    /// way; Zen 5, whose 16-lane multiply-adds run at the 8-lane ones' rate).
+    #[allow(clippy::needless_range_loop)]
+    #[inline(always)]
+    fn paired_tile<const M: usize>(
+        v4: V4,
+        piece: &[[f32x8; 4]],
+        xs: &[&[[f32x8; 4]]; M],
+        span: usize,
+        m: usize,
+        sums: &mut [f32x8],
+    ) {
+        let (f, dq) = (v4.avx512f, v4.avx512dq);
+        let pair = |low: f32x8, high: f32x8| -> __m512 {
+            dq._mm512_insertf32x8::<1>(f._mm512_castps256_ps512(cast(low)), cast(high))
+        };
+        let mut acc: [__m512; M] = std::array::from_fn(|u| pair(sums[u], sums[m + u]));
+        let row = SpanRow(F32Row(piece, 0));
+        let ahead = PREFETCH_AHEAD_BYTES / SpanRow::PANEL_BLOCK_BYTES;
+        for b in 0..span {
+            row.prefetch(*v4, b + ahead);
+            for j in 0..4 {
+                let w = pair(piece[b * PANEL][j], piece[b * PANEL + 1][j]);
+                for u in 0..M {
+                    let xv = dq._mm512_broadcast_f32x8(cast(xs[u][b][j]));
+                    acc[u] = f._mm512_fmadd_ps(w, xv, acc[u]);
+                }
+            }
+        }
+        for u in 0..M {
+            sums[u] = cast(f._mm512_castps512_ps256(acc[u]));
+            sums[m + u] = cast(dq._mm512_extractf32x8_ps::<1>(acc[u]));
+        }
+    }
+
     /// Every panel's piece of a span (`pieces`, up to the panels that `sums` holds) against
     /// rows `i..i + M` of `x`, a one-panel tile each, adding to the sums (`sums[r * m + i]`
     /// for the group's row `r`).
@@ -2028,10 +2148,12 @@ mod imp {
     /// rows rounded to int8, which integer weights multiply instead when given (f32 and bf16
     /// weights, which have no integer path, then multiply `x`). With `avx512`, on a CPU with
     /// AVX-512, the integer tiles and the tiles of two panels ([`tall_tiles`]) are compiled for
-    /// it (inside `V4`'s target features): the operations stay AVX2's, but 32 registers hold
+    /// it (inside `V4`'s target features): the operations stay AVX2's (lane for lane; a
+    /// [`paired_tile`] does two rows' in one 16-lane instruction), but 32 registers hold
     /// the sums that 16 would spill (the 1.5B's superblock products took 0.87–0.93 of the time
     /// at 3 to 8 rows, docs/benchmarks.md, eighteenth session; the one-panel tiles of the
-    /// widened formats gain nothing, 0.98–1.06); the grouped layouts with VNNI too run inside
+    /// widened formats gain nothing, 0.98–1.06, but spanned f32 rows at 6 to 16 rows of `x`
+    /// take one tile of all of them, [`WideSpanJob`]); the grouped layouts with VNNI too run inside
     /// [`V4Vnni`] with `vpdpbusd` (2.3× the multiply-adds a second of the per-block tile at 4 to
     /// 64 rows, one thread, docs/benchmarks.md, twentieth session).
     pub(crate) fn run(
@@ -2086,6 +2208,28 @@ mod imp {
                 product,
                 tall,
             });
+        }
+        if let Some(v4) =
+            V4::try_new().filter(|_| avx512 && mat.spanned() && WIDE_SPAN_ROWS.contains(&m))
+        {
+            macro_rules! wide {
+                ($m:literal) => {
+                    v4.vectorize(WideSpanJob::<$m> { simd: v4, product })
+                };
+            }
+            return match m {
+                6 => wide!(6),
+                7 => wide!(7),
+                8 => wide!(8),
+                9 => wide!(9),
+                10 => wide!(10),
+                11 => wide!(11),
+                12 => wide!(12),
+                13 => wide!(13),
+                14 => wide!(14),
+                15 => wide!(15),
+                _ => wide!(16),
+            };
         }
         if let Some(simd) = V3::try_new().filter(|_| mat.spanned() && m > SPAN_TILE_MAX_ROWS) {
             return simd.vectorize(SpannedPass { simd, product });

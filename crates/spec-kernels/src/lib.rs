@@ -24,7 +24,10 @@
 //!   where several rows of `x` no longer fit in L1 beside a panel (f32 and bf16 from 24 KB of
 //!   `x`, Q4 from 3 rows, Q8_0 from 16), so each vector of `x` read serves two or three times
 //!   the multiply-adds. The grouped integer layouts with VNNI run one job per row count up to
-//!   8, each a tile of one panel × all the rows, and tiles of two panels × 4 rows beyond;
+//!   8, each a tile of one panel × all the rows, and tiles of two panels × 4 rows beyond; so
+//!   do f32 rows of more than 1024 inputs (stored in spans) at 6 to 16 rows of `x` (a
+//!   verification of K = 5 to 15, which 16 registers take in two tiles or more), the panel's
+//!   two rows side by side in 16-lane vectors: lane for lane the same operations;
 //! - tiles ask for their weights 4 KB of a panel ahead (`prefetcht0`; for f32 only from three
 //!   rows of `x` on), which measured faster for Q8_0 and bf16 at every row count; the grouped
 //!   tiles 8 KB ahead into L2 only (`prefetcht1`), so that rows of `x` read from L2 do not
