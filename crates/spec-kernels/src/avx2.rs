@@ -1876,8 +1876,7 @@ mod imp {
     /// rows on a CPU with AVX-512 ([`WideSpanJob`]): from 6, which 16 registers split into two
     /// tiles (4 + 2 up to 4 + 4 + 4 + 4), to [`SPAN_TILE_MAX_ROWS`]. The 1.5B's products
     /// (Zen 5, docs/benchmarks.md, thirty-first session; ÷ one row in the same round): 9 rows
-    /// 1.28–2.02 → 1.10–1.15 at one row's memory speed of that moment, 16 rows 2.37–3.34 →
-    /// 1.54–2.19.
+    /// 1.28–1.39 → 0.99–1.15 in five alternated rounds, 16 rows 331–340 ms → 229–231 ms.
     const WIDE_SPAN_ROWS: std::ops::RangeInclusive<usize> = 6..=SPAN_TILE_MAX_ROWS;
 
     /// A product of spanned f32 rows with `M` rows of `x` ([`WIDE_SPAN_ROWS`]) inside `V4`'s
@@ -1957,8 +1956,9 @@ mod imp {
     /// `x` is broadcast to both halves. Lane for lane, one 16-lane multiply-add is what two of
     /// [`accumulate`]'s 8-lane ones do (same operands in the same order, so the same bits), in
     /// half the instructions. Against one tile of `2 M` 8-lane sums, the 1.5B's products at 12
-    /// rows took 1.32–1.39 of one row's time against 1.48–1.57 (at 9 rows 1.10–1.15 either
-    /// way; Zen 5, whose 16-lane multiply-adds run at the 8-lane ones' rate).
+    /// rows took 1.17–1.39 of one row's time against 1.21–1.57 (at 9 rows 0.99–1.15 against
+    /// 0.98–1.16; five alternated rounds, Zen 5, which issues two 16-lane multiply-adds a
+    /// cycle as it does 8-lane ones).
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
     fn paired_tile<const M: usize>(
