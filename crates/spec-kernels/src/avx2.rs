@@ -1849,27 +1849,34 @@ mod imp {
 
         #[inline(always)]
         fn call(self) {
-            let SpannedPass {
-                simd,
-                product:
-                    Product {
-                        mat,
-                        rows,
-                        x,
-                        m,
-                        outs,
-                        ..
-                    },
-            } = self;
-            let Storage::F32(w) = &mat.storage else {
-                return;
-            };
-            let w: &[[f32x8; 4]] = cast_slice(w);
-            let x: &[[f32x8; 4]] = cast_slice(x);
-            let blocks = mat.padded_cols() / BLOCK;
-            let add = TileByTile(SpanOperands { simd, x, blocks, m });
-            spanned_groups(simd, w, mat.panel_rows(), rows, blocks, m, outs, add);
+            spanned_product(self.simd, self.product, TileByTile);
         }
+    }
+
+    /// A product of spanned f32 rows: [`spanned_groups`] over `product`'s rows, each span's
+    /// pieces taken as `add` (made from the product's operands) takes them.
+    #[inline(always)]
+    fn spanned_product<'a, A: AddSpan>(
+        simd: V3,
+        product: Product<'a, '_>,
+        add: impl FnOnce(SpanOperands<'a>) -> A,
+    ) {
+        let Product {
+            mat,
+            rows,
+            x,
+            m,
+            outs,
+            ..
+        } = product;
+        let Storage::F32(w) = &mat.storage else {
+            return;
+        };
+        let w: &[[f32x8; 4]] = cast_slice(w);
+        let x: &'a [[f32x8; 4]] = cast_slice(x);
+        let blocks = mat.padded_cols() / BLOCK;
+        let add = add(SpanOperands { simd, x, blocks, m });
+        spanned_groups(simd, w, mat.panel_rows(), rows, blocks, m, outs, add);
     }
 
     /// The rows of `x` for which a spanned f32 product takes one tile of one panel × all the
@@ -1895,35 +1902,12 @@ mod imp {
 
         #[inline(always)]
         fn call(self) {
-            let WideSpanJob {
-                simd,
-                product:
-                    Product {
-                        mat,
-                        rows,
-                        x,
-                        m,
-                        outs,
-                        ..
-                    },
-            } = self;
-            debug_assert_eq!(m, M);
-            let Storage::F32(w) = &mat.storage else {
-                return;
-            };
-            let w: &[[f32x8; 4]] = cast_slice(w);
-            let x: &[[f32x8; 4]] = cast_slice(x);
-            let blocks = mat.padded_cols() / BLOCK;
-            let add = OneTile::<M> {
+            let WideSpanJob { simd, product } = self;
+            debug_assert_eq!(product.m, M);
+            spanned_product(*simd, product, |operands| OneTile::<M> {
                 v4: simd,
-                operands: SpanOperands {
-                    simd: *simd,
-                    x,
-                    blocks,
-                    m,
-                },
-            };
-            spanned_groups(*simd, w, mat.panel_rows(), rows, blocks, m, outs, add);
+                operands,
+            });
         }
     }
 
