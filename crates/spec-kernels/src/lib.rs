@@ -27,7 +27,8 @@
 //!   8, each a tile of one panel × all the rows, and tiles of two panels × 4 rows beyond; so
 //!   do f32 rows of more than 1024 inputs (stored in spans) at 6 to 16 rows of `x` (a
 //!   verification of K = 5 to 15, which 16 registers take in two tiles or more), the panel's
-//!   two rows side by side in 16-lane vectors: lane for lane the same operations;
+//!   two rows side by side in 16-lane vectors: lane for lane the same operations (up to 14
+//!   rows two panels a tile, each broadcast vector of `x` serving both);
 //! - tiles ask for their weights 4 KB of a panel ahead (`prefetcht0`; for f32 only from three
 //!   rows of `x` on), which measured faster for Q8_0 and bf16 at every row count; the grouped
 //!   tiles 8 KB ahead into L2 only (`prefetcht1`), so that rows of `x` read from L2 do not

@@ -1,0 +1,66 @@
+//! One f32 product small enough to stay in L2, run over and over on one thread: how fast the
+//! tiles themselves go at each row count when memory is not what they wait on. Next to
+//! `model_products` (the same tiles with the weights streamed from memory) it tells a tile that
+//! issues too slowly from one that waits on memory: on the Zen 5 of the thirty-second session a
+//! 9-row product of the one-panel 16-lane tile ran at 25–31 GB/s here, no faster than one core
+//! streams weights from memory at the machine's faster moments (~32 GB/s: the 1.5B's one-row
+//! products in 97 ms on two cores), so its time at 9 rows did not shrink when memory got faster.
+//!
+//! `cargo run --release -p spec-kernels --example hot_product [ROWS_OUT] [INPUTS] [ROWS] [REPS]`:
+//! an output-rows × inputs matrix (default 32 × 1536, 196 KB: a slice of the 1.5B's
+//! projections), ROWS a list of row counts of `x` (default `1,9`; each 1..=16), REPS products a
+//! measurement (default 6000); three rounds, each row count in turn. Prints GB/s of weights
+//! read by the one thread, and what that rate on both cores would take for the 1.5B's 6.17 GB.
+
+use std::error::Error;
+use std::time::Instant;
+
+use spec_kernels::{Exec, Isa, PackedMatrix, WeightFormat};
+
+fn main() -> Result<(), Box<dyn Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |i: usize, default: usize| -> Result<usize, Box<dyn Error>> {
+        Ok(args.get(i).map_or(Ok(default), |a| a.parse())?)
+    };
+    let (n, k) = (arg(0, 32)?, arg(1, 1536)?);
+    let rows: Vec<usize> = args
+        .get(2)
+        .map_or("1,9", String::as_str)
+        .split(',')
+        .map(str::parse)
+        .collect::<Result<_, _>>()?;
+    let reps = arg(3, 6000)?;
+    if n == 0 || k == 0 || reps == 0 || rows.iter().any(|&m| m == 0 || m > 16) {
+        return Err("sizes and reps must be positive, rows 1..=16".into());
+    }
+    let raw: Vec<f32> = (0..n * k)
+        .map(|i| ((i * 7919) % 16) as f32 * 0.01 - 0.08)
+        .collect();
+    let mat = PackedMatrix::pack(&raw, n, k, WeightFormat::F32)?;
+    let x: Vec<f32> = (0..16 * k).map(|i| (i % 5) as f32 * 0.01 - 0.02).collect();
+    let mut y = vec![0.0f32; 16 * n];
+    let exec = Exec {
+        isa: Isa::Auto,
+        parallel: false,
+    };
+    println!(
+        "{n} × {k} f32 ({:.0} KB), one thread, kernels {}",
+        (n * k * 4) as f64 / 1e3,
+        spec_kernels::instruction_set()
+    );
+    for round in 0..3 {
+        for &m in &rows {
+            let start = Instant::now();
+            for _ in 0..reps {
+                mat.matmul_with(&x[..m * k], m, &mut y[..m * n], exec)?;
+            }
+            let rate = (n * k * 4 * reps) as f64 / start.elapsed().as_secs_f64();
+            println!(
+                "round {round}, {m} rows: {:.1} GB/s, {:.1} ms for 6.17 GB on two cores",
+                rate / 1e9,
+                6.17e9 / (2.0 * rate) * 1e3
+            );
+        }
+    }
+    Ok(())
+}
