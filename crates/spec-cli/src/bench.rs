@@ -123,6 +123,12 @@ pub(crate) struct BenchArgs {
     /// Runs of every (method, prompt) pair.
     #[arg(long, default_value_t = 1)]
     repeats: usize,
+    /// Run plain decoding once per prompt, before the other methods. By default it runs again
+    /// after them and its speed is the mean of both runs, so that the machine's drift over a
+    /// prompt's runs (on shared CPUs, memory speed that moves from minute to minute) falls on
+    /// the baseline as on the methods between.
+    #[arg(long)]
+    plain_once: bool,
     /// A short smoke run: one prompt per category, 32 new tokens, plain and prompt-lookup on
     /// SmolLM2 (unless --methods/--models/--max-new-tokens say otherwise).
     #[arg(long)]
@@ -461,9 +467,21 @@ struct RunRecord {
     /// `generation`: the peak was reset just before this generation; `process`: it could not
     /// be reset, so it is the process's peak so far.
     peak_rss_scope: &'static str,
-    /// Greedy runs of non-plain methods: whether the tokens equal plain decoding's.
+    /// Greedy runs of non-plain methods, and plain decoding's run after the methods: whether
+    /// the tokens equal plain decoding's first run on the prompt.
     matches_plain: Option<bool>,
+    /// Plain decoding's runs: before the prompt's other methods or after them (the bracket
+    /// that `--plain-once` leaves out); `None` for the other methods.
+    plain_pass: Option<PlainPass>,
     tokens: Vec<u32>,
+}
+
+/// Where a plain run sits among one prompt's runs ([`RunRecord::plain_pass`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum PlainPass {
+    Before,
+    After,
 }
 
 /// A greedy method's first difference from plain decoding on one prompt.
@@ -769,9 +787,12 @@ pub(crate) fn run<B: Backend>(args: &BenchArgs, device: &B::Device) -> Result<()
         }
     }
 
+    // Plain decoding closes each prompt's runs as it opens them, where there is something
+    // between (`--plain-once` leaves that out).
+    let brackets = |group: &Group<B>| !args.plain_once && group.methods.len() > 1;
     let total: usize = groups
         .iter()
-        .map(|g| g.methods.len() * g.prompts.len())
+        .map(|g| (g.methods.len() + usize::from(brackets(g))) * g.prompts.len())
         .sum::<usize>()
         * args.repeats;
     let progress = progress_bar(total as u64);
@@ -790,10 +811,20 @@ pub(crate) fn run<B: Backend>(args: &BenchArgs, device: &B::Device) -> Result<()
             }
             for (i, prompt) in &group.prompts {
                 let p = &prompts[*i];
-                // Methods run back to back on each prompt, so load drift on a shared machine
-                // hits them alike.
+                // Methods run back to back on each prompt, between two runs of plain
+                // decoding (the group's first method), so load drift on a shared machine hits
+                // them and the baseline alike.
                 let mut plain_tokens: Option<Vec<u32>> = None;
-                for (planned, drafter) in &mut group.methods {
+                let order = (0..group.methods.len()).chain(brackets(group).then_some(0));
+                for index in order {
+                    let (planned, drafter) = &mut group.methods[index];
+                    let plain_pass = planned.method.is_plain().then(|| {
+                        if plain_tokens.is_none() {
+                            PlainPass::Before
+                        } else {
+                            PlainPass::After
+                        }
+                    });
                     let label = &planned.method.label;
                     progress.set_message(format!(
                         "{} · {label} · {} ({})",
@@ -813,7 +844,7 @@ pub(crate) fn run<B: Backend>(args: &BenchArgs, device: &B::Device) -> Result<()
                     })?;
                     let peak = read_status_kib("VmHWM:");
                     let m = &generation.metrics;
-                    let matches_plain = if planned.method.is_plain() {
+                    let matches_plain = if plain_pass == Some(PlainPass::Before) {
                         plain_tokens = Some(generation.tokens.clone());
                         None
                     } else if greedy {
@@ -822,7 +853,10 @@ pub(crate) fn run<B: Backend>(args: &BenchArgs, device: &B::Device) -> Result<()
                             if let Some(position) = first {
                                 mismatches.push(Mismatch {
                                     target: group.target.clone(),
-                                    method: label.clone(),
+                                    method: match plain_pass {
+                                        Some(PlainPass::After) => format!("{label} (after)"),
+                                        _ => label.clone(),
+                                    },
                                     question_id: p.question_id.clone(),
                                     turn: p.turn,
                                     repeat,
@@ -879,6 +913,7 @@ pub(crate) fn run<B: Backend>(args: &BenchArgs, device: &B::Device) -> Result<()
                         peak_rss_bytes: peak.map(|k| k * 1024),
                         peak_rss_scope: if reset { "generation" } else { "process" },
                         matches_plain,
+                        plain_pass,
                         tokens: generation.tokens,
                     };
                     done += 1;
@@ -1161,6 +1196,51 @@ fn draft_bound(
     })
 }
 
+/// Plain decoding's speed on one target before a prompt's other methods and after them: how
+/// far the machine drifted over those runs.
+#[derive(Debug, PartialEq)]
+struct PlainDrift {
+    target: String,
+    /// Mean (tok/s, decode tok/s) of the runs before the methods.
+    before: (f64, f64),
+    /// The same of the runs after them.
+    after: (f64, f64),
+}
+
+/// [`PlainDrift`] of each target whose plain runs were bracketed (none with `--plain-once`).
+fn plain_drift(runs: &[RunRecord]) -> Vec<PlainDrift> {
+    let mut targets: Vec<&str> = Vec::new();
+    for r in runs
+        .iter()
+        .filter(|r| r.plain_pass == Some(PlainPass::After))
+    {
+        if !targets.contains(&r.target.as_str()) {
+            targets.push(&r.target);
+        }
+    }
+    let speeds = |target: &str, pass: PlainPass| {
+        let of = |speed: fn(&RunRecord) -> f64| {
+            mean(
+                runs.iter()
+                    .filter(|r| r.target == target && r.plain_pass == Some(pass))
+                    .map(speed),
+            )
+        };
+        (
+            of(|r| r.tokens_per_second),
+            of(|r| r.decode_tokens_per_second),
+        )
+    };
+    targets
+        .into_iter()
+        .map(|target| PlainDrift {
+            target: target.to_owned(),
+            before: speeds(target, PlainPass::Before),
+            after: speeds(target, PlainPass::After),
+        })
+        .collect()
+}
+
 fn mean(values: impl Iterator<Item = f64>) -> f64 {
     let (sum, n) = values.fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
     if n == 0 { 0.0 } else { sum / n as f64 }
@@ -1209,6 +1289,14 @@ fn render_markdown(report: &Report, categories: &[String]) -> String {
             model.prompts.len(),
             model.max_new_tokens,
             model.methods.join(", ")
+        );
+    }
+    for drift in plain_drift(&report.runs) {
+        let _ = writeln!(
+            s,
+            "- plain decoding on `{}`, before the methods / after them: {:.2} / {:.2} tok/s, \
+             decode {:.2} / {:.2} tok/s (means over prompts; the baseline is both runs)",
+            drift.target, drift.before.0, drift.after.0, drift.before.1, drift.after.1
         );
     }
     for note in &report.skipped_methods {
@@ -1778,6 +1866,7 @@ mod tests {
             peak_rss_bytes: Some(1 << 20),
             peak_rss_scope: "generation",
             matches_plain: (method != "plain").then_some(category != "b"),
+            plain_pass: (method == "plain").then_some(PlainPass::Before),
             tokens: vec![],
         }
     }
@@ -1814,6 +1903,43 @@ mod tests {
         assert!((plain.speedup.unwrap() - 1.0).abs() < 1e-9);
         assert_eq!(plain.tau, Some(1.0));
         assert_eq!(plain.alpha, None);
+    }
+
+    #[test]
+    fn plain_drift_sets_the_runs_after_the_methods_against_those_before() {
+        let mut after = record("plain", "a", 12.0, &[], &[]);
+        after.plain_pass = Some(PlainPass::After);
+        let mut other_target = record("plain", "a", 50.0, &[], &[]);
+        other_target.target = "u".into();
+        let runs = vec![
+            record("plain", "a", 10.0, &[], &[]),
+            record("plain", "b", 20.0, &[], &[]),
+            record("pl", "a", 30.0, &[4, 2], &[3, 1]),
+            after,
+            other_target,
+        ];
+        // Only target `t` was bracketed; its two runs before average 15 tok/s.
+        assert_eq!(
+            plain_drift(&runs),
+            vec![PlainDrift {
+                target: "t".into(),
+                before: (15.0, 30.0),
+                after: (12.0, 24.0),
+            }]
+        );
+        // Both plain passes make the baseline: (10 + 20 + 12) / 3 tok/s.
+        let s = summarize(&runs, &["a".to_owned(), "b".to_owned()]);
+        let pl = s
+            .iter()
+            .find(|x| x.method == "pl" && x.category == "all")
+            .unwrap();
+        assert!((pl.speedup.unwrap() - 30.0 / 14.0).abs() < 1e-9);
+        // `--plain-once` runs have nothing to set against each other.
+        let once: Vec<RunRecord> = runs
+            .into_iter()
+            .filter(|r| r.plain_pass != Some(PlainPass::After))
+            .collect();
+        assert_eq!(plain_drift(&once), vec![]);
     }
 
     /// A draft-model run: `steps` steps of 0.3 s, `forwards` draft forwards taking `seconds` in
