@@ -322,7 +322,10 @@ fn main() -> Result<()> {
             #[cfg(feature = "flex")]
             BackendName::Flex => bench::run::<burn::backend::Flex>(&args, &Default::default()),
             #[cfg(feature = "wgpu")]
-            BackendName::Wgpu => bench::run::<burn::backend::Wgpu>(&args, &Default::default()),
+            BackendName::Wgpu => {
+                check_wgpu()?;
+                bench::run::<burn::backend::Wgpu>(&args, &Default::default())
+            }
             #[cfg(feature = "cuda")]
             BackendName::Cuda => {
                 check_cuda()?;
@@ -338,7 +341,10 @@ fn main() -> Result<()> {
             #[cfg(feature = "flex")]
             BackendName::Flex => generate::<burn::backend::Flex>(&args, &Default::default()),
             #[cfg(feature = "wgpu")]
-            BackendName::Wgpu => generate::<burn::backend::Wgpu>(&args, &Default::default()),
+            BackendName::Wgpu => {
+                check_wgpu()?;
+                generate::<burn::backend::Wgpu>(&args, &Default::default())
+            }
             #[cfg(feature = "cuda")]
             BackendName::Cuda => {
                 check_cuda()?;
@@ -374,6 +380,32 @@ fn check_cuda() -> Result<()> {
     if gpus < 1 {
         bail!("the NVIDIA driver sees no GPU: {HINT}");
     }
+    Ok(())
+}
+
+/// Checks that wgpu finds an adapter for the graphics API of burn's wgpu backend (Vulkan on
+/// Linux), asked for as cubecl asks when the backend starts: cubecl panics where there is none
+/// ("No possible adapter available"), so `--backend wgpu` asks first.
+#[cfg(feature = "wgpu")]
+fn check_wgpu() -> Result<()> {
+    use burn::backend::wgpu::graphics::{AutoGraphicsApi, GraphicsApi};
+    let api = AutoGraphicsApi::backend();
+    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
+        backends: api.into(),
+        ..wgpu::InstanceDescriptor::new_without_display_handle()
+    });
+    let options = wgpu::RequestAdapterOptions {
+        power_preference: wgpu::PowerPreference::HighPerformance,
+        force_fallback_adapter: false,
+        compatible_surface: None,
+    };
+    futures_lite::future::block_on(instance.request_adapter(&options)).map_err(|e| {
+        anyhow::anyhow!(
+            "wgpu found no {api:?} adapter ({e}): --backend wgpu needs a {api:?} driver (on a \
+             machine without a GPU, Mesa's software one: Debian's mesa-vulkan-drivers); use \
+             --backend flex (the CPU) instead"
+        )
+    })?;
     Ok(())
 }
 
