@@ -1879,8 +1879,8 @@ mod imp {
         spanned_groups(simd, w, mat.panel_rows(), rows, blocks, m, outs, add);
     }
 
-    /// The rows of `x` for which a spanned f32 product takes one tile of one panel × all the
-    /// rows on a CPU with AVX-512 ([`WideSpanJob`]): from 6, which 16 registers split into two
+    /// The rows of `x` for which a spanned f32 product takes one tile of one or two panels ×
+    /// all the rows on a CPU with AVX-512 ([`WideSpanJob`]): from 6, which 16 registers split into two
     /// tiles (4 + 2 up to 4 + 4 + 4 + 4), to [`SPAN_TILE_MAX_ROWS`]. The 1.5B's products
     /// (Zen 5, docs/benchmarks.md, thirty-first session; ÷ one row in the same round): 9 rows
     /// 1.28–1.39 → 0.99–1.15 in five alternated rounds, 16 rows 331–340 ms → 229–231 ms.
@@ -1964,9 +1964,7 @@ mod imp {
         sums: &mut [f32x8],
     ) {
         let (f, dq) = (v4.avx512f, v4.avx512dq);
-        let pair = |low: f32x8, high: f32x8| -> __m512 {
-            dq._mm512_insertf32x8::<1>(f._mm512_castps256_ps512(cast(low)), cast(high))
-        };
+        let pair = |low, high| pair_halves(v4, low, high);
         let (a, b_piece) = pieces.split_at(PANEL * span);
         let mut acc_a: [__m512; M] = std::array::from_fn(|u| pair(sums[u], sums[m + u]));
         let mut acc_b: [__m512; M] =
@@ -1987,11 +1985,27 @@ mod imp {
             }
         }
         for u in 0..M {
-            sums[u] = cast(f._mm512_castps512_ps256(acc_a[u]));
-            sums[m + u] = cast(dq._mm512_extractf32x8_ps::<1>(acc_a[u]));
-            sums[2 * m + u] = cast(f._mm512_castps512_ps256(acc_b[u]));
-            sums[3 * m + u] = cast(dq._mm512_extractf32x8_ps::<1>(acc_b[u]));
+            (sums[u], sums[m + u]) = split_halves(v4, acc_a[u]);
+            (sums[2 * m + u], sums[3 * m + u]) = split_halves(v4, acc_b[u]);
         }
+    }
+
+    /// Two rows' 8-lane sums (or weights) side by side in one 16-lane vector: `low` in lanes
+    /// 0-7, `high` in 8-15 ([`paired_tile`], [`two_panel_tile`]).
+    #[inline(always)]
+    fn pair_halves(v4: V4, low: f32x8, high: f32x8) -> __m512 {
+        let (f, dq) = (v4.avx512f, v4.avx512dq);
+        dq._mm512_insertf32x8::<1>(f._mm512_castps256_ps512(cast(low)), cast(high))
+    }
+
+    /// [`pair_halves`] undone: lanes 0-7 and 8-15 of `v`.
+    #[inline(always)]
+    fn split_halves(v4: V4, v: __m512) -> (f32x8, f32x8) {
+        let (f, dq) = (v4.avx512f, v4.avx512dq);
+        (
+            cast(f._mm512_castps512_ps256(v)),
+            cast(dq._mm512_extractf32x8_ps::<1>(v)),
+        )
     }
 
     /// A panel's piece (`span` blocks) against the `M` rows of `x` in `xs`, adding to the
@@ -2014,9 +2028,7 @@ mod imp {
         sums: &mut [f32x8],
     ) {
         let (f, dq) = (v4.avx512f, v4.avx512dq);
-        let pair = |low: f32x8, high: f32x8| -> __m512 {
-            dq._mm512_insertf32x8::<1>(f._mm512_castps256_ps512(cast(low)), cast(high))
-        };
+        let pair = |low, high| pair_halves(v4, low, high);
         let mut acc: [__m512; M] = std::array::from_fn(|u| pair(sums[u], sums[m + u]));
         let row = SpanRow(F32Row(piece, 0));
         let ahead = PREFETCH_AHEAD_BYTES / SpanRow::PANEL_BLOCK_BYTES;
@@ -2031,8 +2043,7 @@ mod imp {
             }
         }
         for u in 0..M {
-            sums[u] = cast(f._mm512_castps512_ps256(acc[u]));
-            sums[m + u] = cast(dq._mm512_extractf32x8_ps::<1>(acc[u]));
+            (sums[u], sums[m + u]) = split_halves(v4, acc[u]);
         }
     }
 
