@@ -77,7 +77,8 @@ fn test(no_wgpu: bool, no_models: bool) -> Result<()> {
         // `wgpu,cuda` together: the cuda tests are compiled (proving the feature builds without
         // a toolkit) but filtered out, since they need a GPU.
         // spec-runtime's agreement tests run too: on wgpu they found a fused one-row matmul
-        // that misreads transposed weights (worked around in model.rs).
+        // that misreads transposed weights (worked around in model.rs). spec-cli's check that
+        // wgpu has an adapter before burn's backend starts runs as a program.
         cargo_env(
             &[
                 "test",
@@ -85,6 +86,8 @@ fn test(no_wgpu: bool, no_models: bool) -> Result<()> {
                 "spec-core",
                 "-p",
                 "spec-runtime",
+                "-p",
+                "spec-cli",
                 "--features",
                 "wgpu,cuda",
                 "--test",
@@ -93,6 +96,8 @@ fn test(no_wgpu: bool, no_models: bool) -> Result<()> {
                 "equivalence",
                 "--test",
                 "one_row",
+                "--test",
+                "wgpu_check",
                 "wgpu::",
             ],
             &env,

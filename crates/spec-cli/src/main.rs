@@ -385,7 +385,9 @@ fn check_cuda() -> Result<()> {
 
 /// Checks that wgpu finds an adapter for the graphics API of burn's wgpu backend (Vulkan on
 /// Linux), asked for as cubecl asks when the backend starts: cubecl panics where there is none
-/// ("No possible adapter available"), so `--backend wgpu` asks first.
+/// ("No possible adapter available"), so `--backend wgpu` asks first. Where
+/// [`WGPU_DEVICE_VAR`] names a device, cubecl takes it from the list of adapters instead
+/// (panicking where that one is missing), and so does this check.
 #[cfg(feature = "wgpu")]
 fn check_wgpu() -> Result<()> {
     use burn::backend::wgpu::graphics::{AutoGraphicsApi, GraphicsApi};
@@ -394,19 +396,108 @@ fn check_wgpu() -> Result<()> {
         backends: api.into(),
         ..wgpu::InstanceDescriptor::new_without_display_handle()
     });
+    let hint = format!(
+        "--backend wgpu needs a {api:?} driver (on a machine without a GPU, Mesa's software one: \
+         Debian's mesa-vulkan-drivers); use --backend flex (the CPU) instead"
+    );
+    let named = std::env::var(WGPU_DEVICE_VAR)
+        .ok()
+        .and_then(|var| NamedAdapter::parse(&var).map(|named| (var, named)));
+    if let Some((var, named)) = named {
+        let adapters = futures_lite::future::block_on(instance.enumerate_adapters(api.into()));
+        let kinds = adapters.iter().map(|adapter| {
+            use wgpu::DeviceType;
+            match adapter.get_info().device_type {
+                DeviceType::DiscreteGpu => Some(AdapterKind::Discrete),
+                DeviceType::IntegratedGpu => Some(AdapterKind::Integrated),
+                DeviceType::VirtualGpu => Some(AdapterKind::Virtual),
+                DeviceType::Cpu => Some(AdapterKind::Cpu),
+                DeviceType::Other => None,
+            }
+        });
+        if !named.is_among(kinds) {
+            let seen: Vec<String> = adapters
+                .iter()
+                .map(|adapter| format!("{:?}", adapter.get_info().device_type))
+                .collect();
+            bail!(
+                "wgpu has no {api:?} adapter {var}, which {WGPU_DEVICE_VAR} names (it sees [{}]): \
+                 name one it sees, or unset {WGPU_DEVICE_VAR} for wgpu's default",
+                seen.join(", ")
+            );
+        }
+        return Ok(());
+    }
     let options = wgpu::RequestAdapterOptions {
         power_preference: wgpu::PowerPreference::HighPerformance,
         force_fallback_adapter: false,
         compatible_surface: None,
     };
-    futures_lite::future::block_on(instance.request_adapter(&options)).map_err(|e| {
-        anyhow::anyhow!(
-            "wgpu found no {api:?} adapter ({e}): --backend wgpu needs a {api:?} driver (on a \
-             machine without a GPU, Mesa's software one: Debian's mesa-vulkan-drivers); use \
-             --backend flex (the CPU) instead"
-        )
-    })?;
+    futures_lite::future::block_on(instance.request_adapter(&options))
+        .map_err(|e| anyhow::anyhow!("wgpu found no {api:?} adapter ({e}): {hint}"))?;
     Ok(())
+}
+
+/// The variable through which cubecl's default wgpu device can be named, spelled as its
+/// `WgpuDevice`: `DiscreteGpu(0)`, `IntegratedGpu(1)`, `VirtualGpu(0)` or `Cpu`.
+#[cfg(feature = "wgpu")]
+const WGPU_DEVICE_VAR: &str = "CUBECL_WGPU_DEFAULT_DEVICE";
+
+/// The kinds of adapter that `CUBECL_WGPU_DEFAULT_DEVICE` names (wgpu's `DeviceType`, less `Other`).
+#[cfg(any(test, feature = "wgpu"))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AdapterKind {
+    Discrete,
+    Integrated,
+    Virtual,
+    Cpu,
+}
+
+/// The adapter that `CUBECL_WGPU_DEFAULT_DEVICE` names: the `index`-th of its kind.
+#[cfg(any(test, feature = "wgpu"))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct NamedAdapter {
+    kind: AdapterKind,
+    index: usize,
+}
+
+#[cfg(any(test, feature = "wgpu"))]
+impl NamedAdapter {
+    /// The device `var` names, as cubecl reads it; `None` where cubecl ignores the value
+    /// (it then starts its default device).
+    fn parse(var: &str) -> Option<Self> {
+        if var == "Cpu" {
+            return Some(Self {
+                kind: AdapterKind::Cpu,
+                index: 0,
+            });
+        }
+        [
+            ("DiscreteGpu(", AdapterKind::Discrete),
+            ("IntegratedGpu(", AdapterKind::Integrated),
+            ("VirtualGpu(", AdapterKind::Virtual),
+        ]
+        .into_iter()
+        .find_map(|(prefix, kind)| {
+            let index = var.strip_prefix(prefix)?.strip_suffix(')')?.parse().ok()?;
+            Some(Self { kind, index })
+        })
+    }
+
+    /// Whether cubecl finds this adapter among `kinds` (each adapter's kind, `None` for
+    /// wgpu's `Other`): the `index`-th of its kind, or failing that the `index`-th of those
+    /// of no kind.
+    fn is_among(self, kinds: impl IntoIterator<Item = Option<AdapterKind>>) -> bool {
+        let (mut same, mut other) = (0, 0);
+        for kind in kinds {
+            match kind {
+                Some(kind) if kind == self.kind => same += 1,
+                Some(_) => {}
+                None => other += 1,
+            }
+        }
+        same > self.index || other > self.index
+    }
 }
 
 fn generate<B: Backend>(args: &GenerateArgs, device: &B::Device) -> Result<()> {
@@ -524,5 +615,58 @@ fn load_tokenizer(path: &Path) -> Result<TextTokenizer> {
     } else {
         Ok(TextTokenizer::from_gguf_path(path)
             .with_context(|| format!("loading the tokenizer of {}", path.display()))?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{AdapterKind, NamedAdapter};
+
+    #[test]
+    fn named_wgpu_adapters_parse_as_cubecl_reads_them() {
+        let named = |kind, index| Some(NamedAdapter { kind, index });
+        assert_eq!(NamedAdapter::parse("Cpu"), named(AdapterKind::Cpu, 0));
+        assert_eq!(
+            NamedAdapter::parse("DiscreteGpu(1)"),
+            named(AdapterKind::Discrete, 1)
+        );
+        assert_eq!(
+            NamedAdapter::parse("IntegratedGpu(0)"),
+            named(AdapterKind::Integrated, 0)
+        );
+        assert_eq!(
+            NamedAdapter::parse("VirtualGpu(2)"),
+            named(AdapterKind::Virtual, 2)
+        );
+        // cubecl ignores these (and starts its default device).
+        for ignored in [
+            "",
+            "cpu",
+            "DiscreteGpu",
+            "DiscreteGpu(x)",
+            "DiscreteGpu(1",
+            "Gpu(0)",
+        ] {
+            assert_eq!(NamedAdapter::parse(ignored), None, "{ignored:?}");
+        }
+    }
+
+    #[test]
+    fn a_named_wgpu_adapter_is_found_as_cubecl_finds_it() {
+        use AdapterKind::{Cpu, Discrete};
+        // lavapipe: one adapter of the CPU kind.
+        let lavapipe = [Some(Cpu)];
+        let cpu = NamedAdapter::parse("Cpu").unwrap();
+        let gpu0 = NamedAdapter::parse("DiscreteGpu(0)").unwrap();
+        let gpu1 = NamedAdapter::parse("DiscreteGpu(1)").unwrap();
+        assert!(cpu.is_among(lavapipe));
+        assert!(!gpu0.is_among(lavapipe));
+        assert!(!cpu.is_among([]));
+        assert!(gpu0.is_among([Some(Cpu), Some(Discrete)]));
+        assert!(!gpu1.is_among([Some(Cpu), Some(Discrete)]));
+        // Adapters of no kind stand in for a missing one, by the same index.
+        assert!(gpu0.is_among([Some(Cpu), None]));
+        assert!(!gpu1.is_among([Some(Cpu), None]));
+        assert!(gpu1.is_among([None, None]));
     }
 }
