@@ -1946,6 +1946,17 @@ mod imp {
     /// one of `x` in AVX-512's 32 registers.
     const TWO_PANEL_MAX_ROWS: usize = 14;
 
+    /// From this many rows of `x` on, [`two_panel_tile`] hints each panel's weights in a stream
+    /// of its own (two pieces ahead); below, one stream hints the next two pieces in address
+    /// order. The 1.5B's products on the Zen 5 (docs/benchmarks.md, thirty-third session),
+    /// alternated runs read in the state of the machine's memory (one row 87-97 ms, fast, or
+    /// 124-136 ms, slow): 8 rows 100-108 ms against 119-123 fast, 153-169 against 149-158
+    /// slow; 9 rows 1.07-1.22 of one row's time against 1.31-1.40 fast, even slow; but 6 rows
+    /// 99-104 against 104-112 fast and 155-168 against 141-151 slow, 7 rows alike. The same
+    /// stream a tile further ahead did as the nearer one (9 rows 1.33-1.46 fast): it is the
+    /// two streams that pay, not the distance.
+    const PANEL_STREAM_HINTS_FROM_ROWS: usize = 8;
+
     /// [`paired_tile`] over two panels' pieces at once (`pieces`: the first panel's piece,
     /// then the second's; `sums`: their four rows' sums), each broadcast vector of `x` serving
     /// both panels. On Zen 5 the one-panel tile is bound by issuing its broadcasts (one per
@@ -1970,10 +1981,19 @@ mod imp {
         let mut acc_b: [__m512; M] =
             std::array::from_fn(|u| pair(sums[2 * m + u], sums[3 * m + u]));
         for b in 0..span {
-            // The next two pieces in address order, a block of each a block: one sequential
-            // stream of hints where each panel's own (as `paired_tile` hints) made two.
-            let next = a.as_ptr().wrapping_add(2 * PANEL * (span + b));
-            prefetch_lines(*v4, next.cast(), 2 * SpanRow::PANEL_BLOCK_BYTES);
+            if M >= PANEL_STREAM_HINTS_FROM_ROWS {
+                // Each panel's own stream of hints, a block a block, two pieces (8 KB at the
+                // 1.5B's spans) ahead: block `b` of the next tile's two pieces.
+                let ahead = 2 * PANEL * span + PANEL * b;
+                for piece in [a, b_piece] {
+                    let next = piece.as_ptr().wrapping_add(ahead);
+                    prefetch_lines(*v4, next.cast(), SpanRow::PANEL_BLOCK_BYTES);
+                }
+            } else {
+                // The next two pieces in address order, a block of each a block: one stream.
+                let next = a.as_ptr().wrapping_add(2 * PANEL * (span + b));
+                prefetch_lines(*v4, next.cast(), 2 * SpanRow::PANEL_BLOCK_BYTES);
+            }
             for j in 0..4 {
                 let wa = pair(a[b * PANEL][j], a[b * PANEL + 1][j]);
                 let wb = pair(b_piece[b * PANEL][j], b_piece[b * PANEL + 1][j]);
