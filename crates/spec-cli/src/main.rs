@@ -396,10 +396,6 @@ fn check_wgpu() -> Result<()> {
         backends: api.into(),
         ..wgpu::InstanceDescriptor::new_without_display_handle()
     });
-    let hint = format!(
-        "--backend wgpu needs a {api:?} driver (on a machine without a GPU, Mesa's software one: \
-         Debian's mesa-vulkan-drivers); use --backend flex (the CPU) instead"
-    );
     let named = std::env::var(WGPU_DEVICE_VAR)
         .ok()
         .and_then(|var| NamedAdapter::parse(&var).map(|named| (var, named)));
@@ -433,8 +429,13 @@ fn check_wgpu() -> Result<()> {
         force_fallback_adapter: false,
         compatible_surface: None,
     };
-    futures_lite::future::block_on(instance.request_adapter(&options))
-        .map_err(|e| anyhow::anyhow!("wgpu found no {api:?} adapter ({e}): {hint}"))?;
+    futures_lite::future::block_on(instance.request_adapter(&options)).map_err(|e| {
+        anyhow::anyhow!(
+            "wgpu found no {api:?} adapter ({e}): --backend wgpu needs a {api:?} driver (on a \
+             machine without a GPU, Mesa's software one: Debian's mesa-vulkan-drivers); use \
+             --backend flex (the CPU) instead"
+        )
+    })?;
     Ok(())
 }
 

@@ -1984,10 +1984,8 @@ mod imp {
             if M >= PANEL_STREAM_HINTS_FROM_ROWS {
                 // Each panel's own stream of hints, a block a block, two pieces (8 KB at the
                 // 1.5B's spans) ahead: block `b` of the next tile's two pieces.
-                let ahead = 2 * PANEL * span + PANEL * b;
                 for piece in [a, b_piece] {
-                    let next = piece.as_ptr().wrapping_add(ahead);
-                    prefetch_lines(*v4, next.cast(), SpanRow::PANEL_BLOCK_BYTES);
+                    SpanRow(F32Row(piece, 0)).prefetch(*v4, 2 * span + b);
                 }
             } else {
                 // The next two pieces in address order, a block of each a block: one stream.
