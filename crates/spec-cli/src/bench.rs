@@ -440,6 +440,8 @@ struct RunRecord {
     tokens_per_second: f64,
     /// Tokens after the first step per second after it (`GenerationStats`).
     decode_tokens_per_second: f64,
+    /// The tokens that speed counts, produced in `wall_seconds − prompt_seconds`.
+    decode_tokens: usize,
     draft_seconds: f64,
     target_seconds: f64,
     /// Time in the drafter's `draft` calls that ran the draft model (`draft_forwards` forwards).
@@ -547,8 +549,18 @@ struct DraftBound {
     speedup_bound: f64,
     /// The summary's speedup ÷ `speedup_bound` (null without a plain baseline).
     achieved_over_bound: Option<f64>,
-    /// The summary's decode speedup ÷ `speedup_bound`: like the bound, without the prefill.
+    /// Decode speed pooled over the row's runs, Σ decode tokens ÷ Σ decode seconds, ÷ the same
+    /// of the plain runs. The bound pools α, c and v over every step of every prompt, so this
+    /// is the speedup it predicts; the summary's `decode_speedup` (Spec-Bench's mean of
+    /// per-prompt speeds) weighs a prompt whose drafts were accepted more by its higher speed.
+    pooled_decode_speedup: Option<f64>,
+    /// `pooled_decode_speedup ÷ speedup_bound`: like the bound, without the prefill.
     decode_over_bound: Option<f64>,
+    /// The steps' measured τ (produced ÷ steps) ÷ `expected_tau`: below 1 where the i.i.d.
+    /// model's steps would yield more than these did (rejections that cluster, where some
+    /// passages are easy for the draft and some are not, leave more steps with every draft
+    /// accepted and more with none than independent ones, and fewer tokens a step at one α).
+    tau_over_expected: f64,
     /// v = mean time of one verification step (the target's forward over the K + 1 positions,
     /// verification and cache rollback) ÷ `plain_step_seconds`; the bound takes it as 1.
     verify_ratio: f64,
@@ -892,6 +904,7 @@ pub(crate) fn run<B: Backend>(args: &BenchArgs, device: &B::Device) -> Result<()
                         prompt_seconds: generation.stats.prompt_seconds,
                         tokens_per_second: generation.stats.tokens_per_second,
                         decode_tokens_per_second: generation.stats.decode_tokens_per_second,
+                        decode_tokens: generation.stats.decode_tokens,
                         draft_seconds: generation.draft_seconds,
                         target_seconds: generation.target_seconds,
                         draft_forward_seconds: generation.draft_forward_seconds,
@@ -942,7 +955,7 @@ pub(crate) fn run<B: Backend>(args: &BenchArgs, device: &B::Device) -> Result<()
     let categories = categories_in_order(&prompts);
     let summaries = summarize(&runs, &categories);
     let report = Report {
-        schema_version: 1,
+        schema_version: 2,
         started_unix,
         started_utc: utc_stamp(started_unix, false),
         total_seconds: started.elapsed().as_secs_f64(),
@@ -1117,7 +1130,7 @@ fn summarize(runs: &[RunRecord], categories: &[String]) -> Vec<Summary> {
             let alpha_per_tested_draft = counts.alpha_per_tested_draft();
             let draft_bound = plain
                 .as_deref()
-                .and_then(|plain| draft_bound(&mine, plain, &counts, (speedup, decode_speedup)));
+                .and_then(|plain| draft_bound(&mine, plain, &counts, speedup));
             out.push(Summary {
                 target: target.clone(),
                 method: method.clone(),
@@ -1145,14 +1158,14 @@ fn summarize(runs: &[RunRecord], categories: &[String]) -> Vec<Summary> {
 
 /// The [`DraftBound`] of a draft-model method's runs `mine` (one method, one target), with
 /// `plain` the plain runs of the same target and prompts, `counts` the counters summed over
-/// `mine` (α per tested draft, steps, draft forwards, the steps by draft length) and the
-/// speedups (whole generation, decode) the summary's. `None` for methods without a draft model, or when something it needs
-/// was not measured (nothing drafted, no plain steps).
+/// `mine` (α per tested draft, steps, draft forwards, the steps by draft length) and `speedup`
+/// the summary's. `None` for methods without a draft model, or when something it needs was not
+/// measured (nothing drafted, no plain steps).
 fn draft_bound(
     mine: &[&RunRecord],
     plain: &[&RunRecord],
     counts: &Metrics,
-    (speedup, decode_speedup): (Option<f64>, Option<f64>),
+    speedup: Option<f64>,
 ) -> Option<DraftBound> {
     let first = mine.first()?;
     if !uses_draft_model(&first.method_name) {
@@ -1181,6 +1194,13 @@ fn draft_bound(
     let speedup_bound = speedup_bound(alpha, cost_ratio, &steps_by_length)?;
     let expected_tau = mean_expected_tokens(alpha, &steps_by_length)?;
     let verify_ratio = total(mine, |r| r.step_seconds) / steps as f64 / plain_step_seconds;
+    let pooled_decode_speed = |runs: &[&RunRecord]| {
+        let seconds = total(runs, |r| r.wall_seconds - r.prompt_seconds);
+        (seconds > 0.0).then(|| count(runs, |r| r.decode_tokens as u64) as f64 / seconds)
+    };
+    let pooled_decode_speedup = pooled_decode_speed(mine)
+        .zip(pooled_decode_speed(plain).filter(|&s| s > 0.0))
+        .map(|(mine, plain)| mine / plain);
     Some(DraftBound {
         alpha,
         k,
@@ -1190,7 +1210,9 @@ fn draft_bound(
         expected_tau,
         speedup_bound,
         achieved_over_bound: speedup.map(|s| s / speedup_bound),
-        decode_over_bound: decode_speedup.map(|s| s / speedup_bound),
+        pooled_decode_speedup,
+        decode_over_bound: pooled_decode_speedup.map(|s| s / speedup_bound),
+        tau_over_expected: counts.tau()? / expected_tau,
         verify_ratio,
         bound_with_verify: expected_tau / (k * cost_ratio + verify_ratio),
     })
@@ -1318,10 +1340,13 @@ fn render_markdown(report: &Report, categories: &[String]) -> String {
              step drafts only the tokens left); c = mean time of one draft-model step (forward \
              and sampling) ÷ mean time of one plain decode step of the same target in this run; \
              bound = E[τ] ÷ (K·c + 1) with E[τ] = (1 − α^(K+1)) ÷ (1 − α) at each step's own K, \
-             averaged over the steps, α tested (Leviathan et al. 2023, Theorem 3.8); \
-             speedup ÷ bound includes the prefill, decode ÷ bound does not (nor does the bound); \
-             v = mean time of one verification step ÷ that of a plain step (the bound takes 1); \
-             with v = E[τ] ÷ (K·c + v).\n"
+             averaged over the steps, α tested (Leviathan et al. 2023, Theorem 3.8); τ ÷ E[τ] \
+             below 1: the steps yielded fewer tokens than independent acceptances at that α \
+             would; speedup ÷ bound includes the prefill; decode ÷ bound does not (nor does the \
+             bound), and pools like the bound: Σ tokens ÷ Σ seconds after the first step, over \
+             the row's runs, against the same of plain decoding; v = mean time of one \
+             verification step ÷ that of a plain step (the bound takes 1); with v = E[τ] ÷ \
+             (K·c + v).\n"
         );
     }
 
@@ -1394,15 +1419,18 @@ fn render_markdown(report: &Report, categories: &[String]) -> String {
         let _ = writeln!(s, "\n## Draft-model methods against the bound\n");
         let _ = writeln!(
             s,
-            "| target | method | category | τ | α tested | K | c | E[τ] | bound | speedup ÷ bound \
-             | decode ÷ bound | v | with v |"
+            "| target | method | category | τ | α tested | K | c | E[τ] | τ ÷ E[τ] | bound \
+             | speedup ÷ bound | decode ÷ bound | v | with v |"
         );
-        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(
+            s,
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        );
         for (x, b) in bounded {
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {:.2} | {:.2} | {:.3} | {:.2} | {:.2}× | {} | {} | {:.2} \
-                 | {:.2}× |",
+                "| {} | {} | {} | {} | {:.2} | {:.2} | {:.3} | {:.2} | {:.2} | {:.2}× | {} | {} \
+                 | {:.2} | {:.2}× |",
                 x.target,
                 x.method,
                 x.category,
@@ -1411,6 +1439,7 @@ fn render_markdown(report: &Report, categories: &[String]) -> String {
                 b.k,
                 b.cost_ratio,
                 b.expected_tau,
+                b.tau_over_expected,
                 b.speedup_bound,
                 opt(b.achieved_over_bound, 2),
                 opt(b.decode_over_bound, 2),
@@ -1841,10 +1870,12 @@ mod tests {
             prompt_tokens: 5,
             new_tokens: 10,
             stop_reason: StopReason::MaxNewTokens,
+            // 10 tokens at `tps`, the 9 after the first step at twice that.
             wall_seconds: 10.0 / tps,
-            prompt_seconds: 0.1,
+            prompt_seconds: 5.5 / tps,
             tokens_per_second: tps,
             decode_tokens_per_second: 2.0 * tps,
+            decode_tokens: 9,
             draft_seconds: 0.0,
             target_seconds: 0.0,
             draft_forward_seconds: 0.0,
@@ -2018,8 +2049,25 @@ mod tests {
             // Achieved: 21 tok/s ÷ plain's mean 15 tok/s in "a" (all: 38/3) = 1.4 in "a".
             let achieved = x.speedup.unwrap();
             assert!((b.achieved_over_bound.unwrap() - achieved / (tau / 1.5)).abs() < 1e-12);
-            let decode = x.decode_speedup.unwrap();
-            assert!((b.decode_over_bound.unwrap() - decode / (tau / 1.5)).abs() < 1e-12);
+            // Decode pooled: every run makes 9 tokens after its first step in 4.5 ÷ tok/s
+            // seconds; the plain runs at 10 and 20 tok/s ("a"), and 8 ("all").
+            let plain_tps: &[f64] = if c == "a" {
+                &[10.0, 20.0]
+            } else {
+                &[10.0, 20.0, 8.0]
+            };
+            let plain_pooled =
+                9.0 * plain_tps.len() as f64 / plain_tps.iter().map(|t| 4.5 / t).sum::<f64>();
+            let pooled = (9.0 / (4.5 / 21.0)) / plain_pooled;
+            assert!(
+                (b.pooled_decode_speedup.unwrap() - pooled).abs() < 1e-12,
+                "{c}"
+            );
+            assert!((b.decode_over_bound.unwrap() - pooled / (tau / 1.5)).abs() < 1e-12);
+            // Spec-Bench's mean of per-prompt speeds is another figure: 42 ÷ 30 in "a".
+            assert!((x.decode_speedup.unwrap() - pooled).abs() > 0.1);
+            // τ = 10 produced ÷ 6 target forwards.
+            assert!((b.tau_over_expected - (10.0 / 6.0) / tau).abs() < 1e-12);
             assert!((b.verify_ratio - 1.5).abs() < 1e-12);
             assert!((b.bound_with_verify - tau / 2.0).abs() < 1e-12);
         }
@@ -2050,7 +2098,7 @@ mod tests {
         let runs = bound_runs();
         let categories = vec!["a".to_owned(), "b".to_owned()];
         let report = Report {
-            schema_version: 1,
+            schema_version: 2,
             started_unix: 0,
             started_utc: utc_stamp(0, false),
             total_seconds: 1.0,
@@ -2093,18 +2141,18 @@ mod tests {
             "{}",
             k2[0]
         );
-        // Bound: τ | α tested | K | c | E[τ] | bound | speedup ÷ bound | decode ÷ bound | v |
-        // with v
+        // Bound: τ | α tested | K | c | E[τ] | τ ÷ E[τ] | bound | speedup ÷ bound | decode ÷
+        // bound (pooled: 42 tok/s ÷ plain's 26.7, ÷ the bound) | v | with v
         assert!(
             k2[1].contains(
-                "| 1.67 | 0.57 | 2.00 | 0.250 | 1.90 | 1.27× | 1.11 | 1.11 | 1.50 | 0.95× |"
+                "| 1.67 | 0.57 | 2.00 | 0.250 | 1.90 | 0.88 | 1.27× | 1.11 | 1.24 | 1.50 | 0.95× |"
             ),
             "{}",
             k2[1]
         );
         let auto = rows("sampling:k=auto", "a");
         assert!(
-            auto[1].contains("| 0.50 | 1.50 | 0.500 | 1.53 | 0.88× | 0.91 |"),
+            auto[1].contains("| 0.50 | 1.50 | 0.500 | 1.53 | 0.93 | 0.88× | 0.91 | 1.03 |"),
             "{}",
             auto[1]
         );

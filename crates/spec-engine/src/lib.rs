@@ -266,6 +266,7 @@ pub fn generate_speculative<B: Backend>(
             } else {
                 0.0
             },
+            decode_tokens: n.saturating_sub(first_step_tokens),
             stop_reason,
         },
         tokens: produced,

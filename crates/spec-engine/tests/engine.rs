@@ -237,4 +237,14 @@ fn step_and_draft_forward_times_are_parts_of_the_totals() {
     assert!(spec.draft_forward_seconds > 0.0);
     assert!(spec.draft_forward_seconds <= spec.draft_seconds);
     assert!(spec.step_seconds > 0.0 && spec.step_seconds < spec.target_seconds);
+
+    // The decode counts leave out the first step's tokens: one in plain decoding, up to K + 1
+    // (here 4, the script's first drafts all right) in a speculative one.
+    assert_eq!(plain.stats.decode_tokens, 19);
+    assert_eq!(spec.stats.decode_tokens, 20 - 4);
+    for g in [&plain, &spec] {
+        let decode_seconds = g.stats.wall_seconds - g.stats.prompt_seconds;
+        let speed = g.stats.decode_tokens as f64 / decode_seconds;
+        assert!((speed - g.stats.decode_tokens_per_second).abs() < 1e-9 * speed);
+    }
 }

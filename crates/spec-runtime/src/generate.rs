@@ -68,6 +68,9 @@ pub struct GenerationStats {
     /// step gives one token in plain decoding and up to K + 1 in a speculative one, all of them
     /// inside `prompt_seconds`.
     pub decode_tokens_per_second: f64,
+    /// The tokens `decode_tokens_per_second` counts: those after the first step, produced in
+    /// `wall_seconds − prompt_seconds`.
+    pub decode_tokens: usize,
     pub stop_reason: StopReason,
 }
 
@@ -142,6 +145,7 @@ pub fn generate_plain<B: Backend>(
             } else {
                 0.0
             },
+            decode_tokens: tokens.len().saturating_sub(1),
             stop_reason,
         },
         tokens,
