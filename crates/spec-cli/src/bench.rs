@@ -933,12 +933,18 @@ pub(crate) fn run<B: Backend>(args: &BenchArgs, device: &B::Device) -> Result<()
                     progress.inc(1);
                     if log_lines {
                         eprintln!(
-                            "[{done}/{total}] {} · {label} · {} ({}): {} tokens, {:.1} tok/s{}",
+                            "[{done}/{total}] {} · {label} · {} ({}): {} tokens, {:.1} tok/s, \
+                             decode {:.1} tok/s{}{}",
                             group.target,
                             p.question_id,
                             p.category,
                             record.new_tokens,
                             record.tokens_per_second,
+                            record.decode_tokens_per_second,
+                            record
+                                .tau
+                                .map(|t| format!(", τ {t:.2}"))
+                                .unwrap_or_default(),
                             match record.matches_plain {
                                 Some(false) => ", DIFFERS FROM PLAIN",
                                 _ => "",
