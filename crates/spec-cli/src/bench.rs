@@ -462,6 +462,11 @@ struct RunRecord {
     alpha: Option<f64>,
     alpha_per_tested_draft: Option<f64>,
     tau: Option<f64>,
+    /// The drafter's running estimates after this run (`Drafter::report_estimates`: for a
+    /// draft-model method `auto`'s α, c, verification slope...), carried over from the runs
+    /// before it, the warm-up included; absent where the drafter keeps none.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    drafter_estimates: BTreeMap<&'static str, f64>,
     drafted_by_position: Vec<u64>,
     accepted_by_position: Vec<u64>,
     rss_before_bytes: Option<u64>,
@@ -920,6 +925,7 @@ pub(crate) fn run<B: Backend>(args: &BenchArgs, device: &B::Device) -> Result<()
                         alpha: m.alpha(),
                         alpha_per_tested_draft: m.alpha_per_tested_draft(),
                         tau: m.tau(),
+                        drafter_estimates: drafter.report_estimates().into_iter().collect(),
                         drafted_by_position: m.by_position.iter().map(|c| c.drafted).collect(),
                         accepted_by_position: m.by_position.iter().map(|c| c.accepted).collect(),
                         rss_before_bytes: rss_before.map(|k| k * 1024),
@@ -1897,6 +1903,7 @@ mod tests {
             alpha: None,
             alpha_per_tested_draft: None,
             tau: None,
+            drafter_estimates: BTreeMap::new(),
             drafted_by_position: drafted.to_vec(),
             accepted_by_position: accepted.to_vec(),
             rss_before_bytes: None,
@@ -2101,7 +2108,8 @@ mod tests {
 
     #[test]
     fn the_details_table_shows_the_bound_for_draft_model_methods_only() {
-        let runs = bound_runs();
+        let mut runs = bound_runs();
+        runs[3].drafter_estimates = [("cost_ratio", 0.5), ("hopeless", 0.0)].into();
         let categories = vec!["a".to_owned(), "b".to_owned()];
         let report = Report {
             schema_version: 2,
@@ -2187,6 +2195,9 @@ mod tests {
         assert!(json["summaries"][0]["draft_bound"].is_null());
         assert_eq!(json["runs"][3]["fixed_k"], 2);
         assert!(json["runs"][0]["step_seconds"].is_number());
+        assert_eq!(json["runs"][3]["drafter_estimates"]["cost_ratio"], 0.5);
+        assert_eq!(json["runs"][3]["drafter_estimates"]["hopeless"], 0.0);
+        assert!(json["runs"][0].get("drafter_estimates").is_none());
     }
 
     #[test]

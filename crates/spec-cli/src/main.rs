@@ -11,6 +11,7 @@ mod bench_forward;
 mod methods;
 mod plots;
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -312,6 +313,9 @@ struct JsonStats {
     acceptance_by_position: Vec<f64>,
     draft_seconds: f64,
     target_seconds: f64,
+    /// The drafter's running estimates at the end (`Drafter::report_estimates`), if any.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    drafter_estimates: BTreeMap<&'static str, f64>,
 }
 
 fn main() -> Result<()> {
@@ -595,6 +599,7 @@ fn generate<B: Backend>(args: &GenerateArgs, device: &B::Device) -> Result<()> {
                 acceptance_by_position: generation.metrics.acceptance_by_position(),
                 draft_seconds: generation.draft_seconds,
                 target_seconds: generation.target_seconds,
+                drafter_estimates: drafter.report_estimates().into_iter().collect(),
             },
             tokens: generation.tokens,
         };

@@ -92,6 +92,12 @@ pub trait Drafter<B: Backend> {
     /// cross-request cache); what the drafter measured of the machine may stay. A benchmark
     /// calls this after its warm-up so no prompt is measured against its own earlier answer.
     fn forget_requests(&mut self) {}
+
+    /// The drafter's running estimates by name, for reports (a draft-model drafter's `α`, `c`
+    /// and verification slope, from which `auto` picks K); empty where it keeps none.
+    fn report_estimates(&self) -> Vec<(&'static str, f64)> {
+        Vec::new()
+    }
 }
 
 /// The drafter of plain decoding: proposes nothing.

@@ -308,6 +308,27 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
         "sampling"
     }
 
+    /// [`DraftModelDrafter::estimates`] by name (those not yet known left out), and for `auto`
+    /// whether it takes the draft for hopeless (1) or not (0).
+    fn report_estimates(&self) -> Vec<(&'static str, f64)> {
+        let e = self.estimates();
+        let mut named = vec![
+            ("alpha", e.alpha),
+            ("verify_slope", e.verify_slope),
+            ("last_length", e.last_length as f64),
+        ];
+        named.extend(e.cost_ratio.map(|c| ("cost_ratio", c)));
+        named.extend(e.draft_token_seconds.map(|s| ("draft_token_seconds", s)));
+        named.extend(e.target_step_seconds.map(|s| ("target_step_seconds", s)));
+        if let DraftLength::Auto { max } = self.length {
+            named.push((
+                "hopeless",
+                f64::from(u8::from(self.auto.hopeless_draft(max))),
+            ));
+        }
+        named
+    }
+
     fn begin(&mut self, prompt: &[u32]) -> Result<(), EngineError> {
         self.fed.clear();
         self.cache.truncate(0);

@@ -120,6 +120,16 @@ fn different_draft_greedy_equals_plain() {
             let estimates = drafter.estimates();
             assert!(estimates.alpha > 0.0 && estimates.alpha < 1.0);
             assert!(estimates.cost_ratio.is_some_and(|c| c > 0.0));
+            // The same, by name, for reports; `hopeless` is `auto`'s alone.
+            let named: std::collections::BTreeMap<_, _> =
+                drafter.report_estimates().into_iter().collect();
+            assert_eq!(named["alpha"], estimates.alpha);
+            assert_eq!(named["verify_slope"], estimates.verify_slope);
+            assert_eq!(named.get("cost_ratio").copied(), estimates.cost_ratio);
+            assert_eq!(
+                named.contains_key("hopeless"),
+                matches!(length, DraftLength::Auto { .. })
+            );
         }
     }
 }
@@ -147,6 +157,15 @@ fn auto_times_a_draft_guessed_hopeless_only_now_and_then() {
             "guess {guess}, {new_tokens} tokens"
         );
         let forwards = drafter.draft_forwards();
+        let hopeless = drafter
+            .report_estimates()
+            .into_iter()
+            .find(|(name, _)| *name == "hopeless")
+            .map(|(_, v)| v);
+        if guess > 1.0 && new_tokens == 40 {
+            // The draft not yet timed, the guess decides.
+            assert_eq!(hopeless, Some(1.0));
+        }
         match (guess > 1.0, new_tokens) {
             // 40 plain steps and no probe yet.
             (true, 40) => assert_eq!((forwards, spec.metrics.drafted), (0, 0)),
