@@ -304,6 +304,28 @@ impl ChainOutlook {
     }
 }
 
+/// A moving average of a measured time after one more measurement `new` (`old` is `None`
+/// before the first, which is taken as it is), with `weight` the share of a new measurement.
+///
+/// The noise of a time on a shared machine is one-sided: a kernel compiled for a shape met for
+/// the first time (wgpu, cuda), a page fault, another process, each only add time. So a
+/// measurement over twice the average counts as twice the average (an average moves by at most
+/// `weight` of itself a measurement), and one under half of it replaces the average, which was
+/// then itself such a stall (typically the first measurement, on a GPU) or the machine has become
+/// that much faster. A policy that reads its costs from these averages (`auto`'s draft length, a
+/// drafter's time per token) thus recovers from one stall at the next measurement instead of
+/// deciding from it for hundreds of steps. A `new` that is not a finite number ≥ 0 leaves `old`.
+pub fn average_time(old: Option<f64>, new: f64, weight: f64) -> Option<f64> {
+    if !(new.is_finite() && new >= 0.0) {
+        return old;
+    }
+    Some(match old {
+        None => new,
+        Some(old) if new < old / 2.0 => new,
+        Some(old) => old + weight * (new.min(old * 2.0) - old),
+    })
+}
+
 /// Moving averages of verification step times by width (tokens scored), giving the relative cost
 /// `r(w) = t(w) / t(1)` of a step that scores `w` tokens.
 ///
@@ -315,12 +337,22 @@ impl ChainOutlook {
 /// A drafter that stops making one-token steps would compare new wide steps with a stale
 /// one-token time (the machine's speed drifts), and a one-token time measured on a slow moment
 /// would make every width look free, so that nothing refreshes it: [`WidthCosts::wants_one_token_step`]
-/// asks for a plain step every [`WidthCosts::REFRESH`] steps, and each measurement is clipped
-/// to within 2× of its width's average before it enters it.
+/// asks for a plain step every [`WidthCosts::REFRESH`] steps, and each width's average is an
+/// [`average_time`], which a stall moves by at most 2× a measurement and the next ordinary
+/// measurement after a stalled first one replaces.
+///
+/// The first step of each width above 1 is not averaged: it pays for what a shape met for the
+/// first time costs (on wgpu and cuda, compiling its kernels: on an H200 `auto`'s first 5-token
+/// verification priced the slope at 51, so that no draft length could pay, and a width priced
+/// that high is never run again to correct it). A first one-token step is averaged: priced too
+/// high, it makes drafting look cheaper, which the one-token steps asked for every
+/// [`WidthCosts::REFRESH`] steps correct.
 #[derive(Debug, Clone, Default)]
 pub struct WidthCosts {
     /// `seconds[w - 1]`: the moving average of steps of width `w`.
     seconds: Vec<Option<f64>>,
+    /// `met[w - 1]`: whether a step of width `w` has been seen (its first, not averaged).
+    met: Vec<bool>,
     /// Steps recorded since the last one-token step (or since the start).
     since_one: usize,
 }
@@ -344,13 +376,14 @@ impl WidthCosts {
         let w = width.min(Self::MAX_WIDTH);
         if self.seconds.len() < w {
             self.seconds.resize(w, None);
+            self.met.resize(w, false);
+        }
+        self.since_one = if w == 1 { 0 } else { self.since_one + 1 };
+        if w > 1 && !std::mem::replace(&mut self.met[w - 1], true) {
+            return;
         }
         let slot = &mut self.seconds[w - 1];
-        *slot = Some(match *slot {
-            None => seconds,
-            Some(old) => old + Self::WEIGHT * (seconds.clamp(old / 2.0, old * 2.0) - old),
-        });
-        self.since_one = if w == 1 { 0 } else { self.since_one + 1 };
+        *slot = average_time(*slot, seconds, Self::WEIGHT);
     }
 
     /// Whether the next step should score one token only, because none did in the last
@@ -608,6 +641,7 @@ mod tests {
         assert!((costs.relative(5) - (1.0 + 4.0 * WidthCosts::PRIOR_SLOPE)).abs() < 1e-12);
         // Only wide steps measured: still the prior.
         costs.record(4, 0.03);
+        costs.record(4, 0.03);
         assert_eq!(costs.slope(), WidthCosts::PRIOR_SLOPE);
         // t(1) = 10 ms, t(4) = 13 ms, t(3) = 12 ms: r = 1 + 0.1 (w − 1) for both.
         costs.record(1, 0.010);
@@ -616,6 +650,9 @@ mod tests {
         for _ in 0..100 {
             costs.record(4, 0.013);
         }
+        // A width's first step is not averaged (a shape's first compile on a GPU).
+        costs.record(3, 5.0);
+        assert_eq!(costs.seconds(3), None);
         costs.record(3, 0.012);
         assert!((costs.slope() - 0.1).abs() < 1e-6, "{}", costs.slope());
         assert!((costs.relative(1) - 1.0).abs() < 1e-12);
@@ -623,6 +660,7 @@ mod tests {
         // A wider step measured faster than one token does not make the slope negative.
         let mut odd = WidthCosts::default();
         odd.record(1, 0.02);
+        odd.record(2, 0.01);
         odd.record(2, 0.01);
         assert_eq!(odd.slope(), 0.0);
         // Garbage is ignored.
@@ -633,12 +671,37 @@ mod tests {
     }
 
     #[test]
+    fn a_time_average_is_moved_little_by_a_stall_and_replaced_after_one() {
+        assert_eq!(average_time(None, 0.5, 0.2), Some(0.5));
+        // Within 2× either way: an exponential moving average.
+        assert!((average_time(Some(0.1), 0.15, 0.2).unwrap() - 0.11).abs() < 1e-12);
+        assert!((average_time(Some(0.1), 0.06, 0.2).unwrap() - 0.092).abs() < 1e-12);
+        // Over 2×: counts as 2×.
+        assert!((average_time(Some(0.1), 5.0, 0.2).unwrap() - 0.12).abs() < 1e-12);
+        // Under half: the average was a stall, or the machine got that much faster.
+        assert_eq!(average_time(Some(1.0), 0.03, 0.2), Some(0.03));
+        // Not a time: nothing changes.
+        assert_eq!(average_time(Some(0.1), f64::NAN, 0.2), Some(0.1));
+        assert_eq!(average_time(Some(0.1), -1.0, 0.2), Some(0.1));
+        assert_eq!(average_time(None, f64::INFINITY, 0.2), None);
+    }
+
+    #[test]
     fn width_costs_clip_outliers_and_ask_for_fresh_one_token_steps() {
         let mut costs = WidthCosts::default();
         costs.record(1, 0.010);
         // A 50× stall counts as 2×: the average moves by 0.2 · 10 ms, not by 0.2 · 490 ms.
         costs.record(1, 0.5);
         assert!((costs.seconds(1).unwrap() - 0.012).abs() < 1e-12);
+        // A first one-token step that stalled (50 × 10 ms) made every width look free; the
+        // next one replaces it.
+        let mut stalled = WidthCosts::default();
+        stalled.record(1, 0.5);
+        stalled.record(4, 0.013);
+        stalled.record(4, 0.013);
+        assert_eq!(stalled.slope(), 0.0);
+        stalled.record(1, 0.010);
+        assert!((stalled.slope() - 0.1).abs() < 1e-9, "{}", stalled.slope());
         // Wide steps only: after REFRESH of them, a one-token step is wanted, until one is made.
         for i in 0..WidthCosts::REFRESH {
             assert!(!costs.wants_one_token_step(), "{i}");

@@ -5,7 +5,7 @@ use std::time::Instant;
 use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Tensor, TensorData};
 use spec_core::error::Source;
-use spec_core::length::{AcceptanceByConfidence, ChainOutlook, WidthCosts};
+use spec_core::length::{AcceptanceByConfidence, ChainOutlook, WidthCosts, average_time};
 use spec_core::rng::SpecRng;
 use spec_core::sampling::{SamplingConfig, probabilities, sample_probabilities};
 use spec_core::tree::TokenTree;
@@ -292,10 +292,7 @@ impl<B: Backend> Drafter<B> for BigramDrafter<B> {
         let rows = tokens.len() + usize::from(shadow.is_some());
         if rows > 0 {
             let per_row = started.elapsed().as_secs_f64() / rows as f64;
-            self.draft_seconds = Some(match self.draft_seconds {
-                None => per_row,
-                Some(old) => old + DRAFT_TIME_WEIGHT * (per_row - old),
-            });
+            self.draft_seconds = average_time(self.draft_seconds, per_row, DRAFT_TIME_WEIGHT);
         }
         self.pending = Some(PendingStep {
             confidences,

@@ -1,6 +1,6 @@
 //! How many tokens to draft per step.
 
-use spec_core::length::{AcceptanceRate, WidthCosts, best_length_by};
+use spec_core::length::{AcceptanceRate, WidthCosts, average_time, best_length_by};
 pub use spec_core::length::{best_length, expected_tokens, mean_expected_tokens, speedup_bound};
 
 use crate::error::{Result, SamplingError};
@@ -111,8 +111,11 @@ impl DraftLength {
 /// A draft that no `K` would make pay even with every draft accepted (`c` of 0.9 or more with a
 /// verification's cost growing 0.1 a token) is hopeless: probing it again would only re-measure
 /// `α`, which cannot change that, and would pay for a catch-up on every skipped token. Such a
-/// draft is not probed; every [`AutoLength::PROBE_WAIT`]`.1` plain steps one draft forward is
-/// timed instead, so that drafting resumes if the draft turns cheap.
+/// draft is not probed; one draft forward is timed instead now and then (after
+/// [`AutoLength::PROBE_WAIT`]`.0` plain steps, the wait doubling with each timing that leaves it
+/// hopeless, up to `.1`), so that drafting resumes if the draft turns cheap or its verdict came
+/// from a stall. Every time here is an [`average_time`], which one stalled measurement moves by
+/// at most 2× a measurement and the next ordinary one replaces, if it came first.
 ///
 /// Before the draft has been timed, `c` is unknown and `K` is [`DEFAULT_K`]; with a guess of `c`
 /// ([`AutoLength::with_cost_prior`], e.g. the ratio of the models' weight bytes, which a
@@ -130,6 +133,9 @@ pub struct AutoLength {
     target: WidthCosts,
     /// One-token target steps since the last wider one.
     plain_run: usize,
+    /// Timings of a hopeless draft in a row since it last drafted (see
+    /// [`AutoLength::wants_draft_timing`]).
+    hopeless_timings: u32,
 }
 
 impl AutoLength {
@@ -140,14 +146,6 @@ impl AutoLength {
     /// The fewest and the most plain steps in a row before a probe.
     pub const PROBE_WAIT: (usize, usize) = (8, 64);
 
-    /// A moving average `old` after a new measurement `new` (the first one as it is).
-    fn smoothed(old: Option<f64>, new: f64) -> f64 {
-        match old {
-            None => new,
-            Some(old) => old + Self::TIME_WEIGHT * (new - old),
-        }
-    }
-
     /// Records a verified step: `accepted` of `drafted` drafts in a chain.
     pub fn record_step(&mut self, drafted: usize, accepted: usize) {
         self.acceptance.record_chain(drafted, accepted);
@@ -155,11 +153,12 @@ impl AutoLength {
 
     /// Records the draft's time per drafted token in one step.
     pub fn record_draft(&mut self, seconds_per_token: f64) {
-        if !seconds_per_token.is_finite() || seconds_per_token < 0.0 {
-            return;
-        }
-        self.draft_token_seconds =
-            Some(Self::smoothed(self.draft_token_seconds, seconds_per_token));
+        self.draft_token_seconds = average_time(
+            self.draft_token_seconds,
+            seconds_per_token,
+            Self::TIME_WEIGHT,
+        );
+        self.hopeless_timings = 0;
     }
 
     /// `c` as guessed before the draft is timed (see [`AutoLength`]); a guess that is not a
@@ -187,18 +186,28 @@ impl AutoLength {
             .is_some_and(|c| self.hopeless_at(c, k_max))
     }
 
-    /// Whether a hopeless draft ([`AutoLength::hopeless_draft`]) is due to be timed again, once
-    /// every [`AutoLength::PROBE_WAIT`]`.1` plain steps: one draft forward whose output is not
-    /// used, recorded with [`AutoLength::record_draft_timing`], since its cost may have changed
-    /// (another load on the machine, a guess that was wrong).
+    /// Whether a hopeless draft ([`AutoLength::hopeless_draft`]) is due to be timed again: one
+    /// draft forward whose output is not used, recorded with
+    /// [`AutoLength::record_draft_timing`], since its cost may have changed (another load on the
+    /// machine, a guess that was wrong, a first measurement that met a stall: on cuda, kernels
+    /// compiled for a first shape made one draft token take 1 s where it takes 30 ms). The wait
+    /// doubles with each timing that leaves the draft hopeless, from
+    /// [`AutoLength::PROBE_WAIT`]`.0` plain steps to `.1`, so a verdict that rests on one
+    /// measurement is checked soon and a draft that stays hopeless costs one forward in 64 steps.
     pub fn wants_draft_timing(&self, k_max: usize) -> bool {
-        self.hopeless_draft(k_max) && self.plain_run >= Self::PROBE_WAIT.1
+        let (fewest, most) = Self::PROBE_WAIT;
+        let wait = fewest
+            .checked_shl(self.hopeless_timings)
+            .map_or(most, |w| w.min(most));
+        self.hopeless_draft(k_max) && self.plain_run >= wait
     }
 
     /// Records a draft forward timed for [`AutoLength::wants_draft_timing`]; the plain run
     /// starts again.
     pub fn record_draft_timing(&mut self, seconds: f64) {
+        let timings = self.hopeless_timings;
         self.record_draft(seconds);
+        self.hopeless_timings = timings.saturating_add(1);
         self.plain_run = 0;
     }
 
@@ -208,10 +217,11 @@ impl AutoLength {
         if tokens == 0 || !seconds.is_finite() || seconds < 0.0 {
             return;
         }
-        self.catch_up_token_seconds = Some(Self::smoothed(
+        self.catch_up_token_seconds = average_time(
             self.catch_up_token_seconds,
             seconds / tokens as f64,
-        ));
+            Self::TIME_WEIGHT,
+        );
     }
 
     /// Records the time of one target step that scored `width` tokens (drafts + 1).
@@ -344,6 +354,7 @@ mod tests {
         let mut auto = low_acceptance_draft_of_0_02_seconds();
         auto.record_target(1, 0.1);
         auto.record_target(3, 0.2);
+        auto.record_target(3, 0.2);
         let alpha = auto.alpha();
         assert!((0.2..0.4).contains(&alpha), "α {alpha}");
         assert!((auto.width_costs().slope() - 0.5).abs() < 1e-9);
@@ -405,6 +416,8 @@ mod tests {
                 auto.record_step(2, 1);
             }
             auto.record_draft(draft_seconds);
+            // A width's first step is not averaged (see `WidthCosts`).
+            auto.record_target(2, 0.13);
             auto.record_target(2, 0.13);
             auto.record_target(1, 0.1);
             (0..200).find(|_| {
@@ -445,10 +458,8 @@ mod tests {
         assert!(auto.choose(8, 0) > 0);
     }
 
-    /// A hopeless draft (`c` 2, every draft accepted) is never probed, whatever `α`: every 64
-    /// plain steps it is timed once instead, and when those timings bring `c` under 0.9 (a
-    /// draft now at 0.1 of a target step, through the moving average: the fourth timing),
-    /// drafting resumes, or a probe of it comes.
+    /// A hopeless draft (`c` 2, every draft accepted) is never probed, whatever `α`: it is timed
+    /// once instead after 8 plain steps, then after 16, 32 and every 64 while it stays hopeless.
     #[test]
     fn a_hopeless_draft_is_only_timed_now_and_then() {
         let mut auto = AutoLength::default();
@@ -459,26 +470,66 @@ mod tests {
         auto.record_target(1, 0.1);
         assert!(auto.hopeless_draft(8) && auto.alpha() > 0.95);
         let mut timings = Vec::new();
-        let mut resumed = None;
         for step in 1..=400 {
             if auto.wants_draft_timing(8) {
                 timings.push(step);
-                auto.record_draft_timing(0.01);
+                auto.record_draft_timing(0.2);
+            }
+            let k = auto.choose(8, 0);
+            assert_eq!(k, 0, "step {step}");
+            auto.record_target(k + 1, 0.1);
+        }
+        // The run counts the one-token step before the loop.
+        assert_eq!(timings, [8, 24, 56, 120, 184, 248, 312, 376]);
+    }
+
+    /// On cuda the first draft forwards at a new shape compile kernels: one draft token timed at
+    /// 1 s where it takes 30 ms (c 10 against a 0.1 s target step) made `auto` decode plainly
+    /// for whole runs. The first timing, after 8 plain steps, replaces that average, and with
+    /// every draft accepted drafting resumes at once; a draft that does turn 2× slower moves
+    /// the average by at most 0.2× a measurement.
+    #[test]
+    fn a_stall_in_the_first_timing_does_not_stop_drafting() {
+        let mut auto = AutoLength::default();
+        for _ in 0..100 {
+            auto.record_step(4, 4);
+        }
+        auto.record_draft(1.0);
+        auto.record_target(1, 0.1);
+        assert!(auto.hopeless_draft(8));
+        let resumed = (1..=100).find(|_| {
+            if auto.wants_draft_timing(8) {
+                auto.record_draft_timing(0.03);
             }
             let k = auto.choose(8, 0);
             auto.record_target(k + 1, 0.1);
-            if k > 0 {
-                resumed = Some(step);
-                break;
-            }
-        }
-        // The run counts the one-token step before the loop.
-        assert_eq!(timings, [64, 128, 192, 256], "{resumed:?}");
-        // Drafting resumes at once or after a probe's wait.
-        assert!(
-            resumed.is_some_and(|s| (256..=264).contains(&s)),
-            "{resumed:?}"
-        );
+            k > 0
+        });
+        assert_eq!(resumed, Some(8));
+        assert!((auto.cost_ratio().unwrap_or(0.0) - 0.3).abs() < 1e-9);
+        // Now a stall while drafting: 1 s counts as 60 ms.
+        auto.record_draft(1.0);
+        assert!((auto.draft_token_seconds().unwrap_or(0.0) - 0.036).abs() < 1e-12);
+        assert!(!auto.hopeless_draft(8));
+    }
+
+    /// The other stall of that H200 run: `auto`'s first verification of 5 tokens, a shape no
+    /// method had met, took about 200 one-token steps (kernels compiled), which priced every
+    /// width so high that no draft length could pay. A width's first step is not averaged
+    /// ([`WidthCosts`]), so the second step drafts as the first did.
+    #[test]
+    fn a_stall_in_the_first_wide_step_does_not_stop_drafting() {
+        let mut auto = AutoLength::default();
+        auto.record_target(1, 0.03);
+        let k = auto.choose(8, 0);
+        assert_eq!(k, DEFAULT_K);
+        auto.record_draft(0.003);
+        auto.record_step(k, k);
+        auto.record_target(k + 1, 6.0);
+        assert!(!auto.hopeless_draft(8));
+        assert!(auto.choose(8, 0) > 0);
+        auto.record_target(k + 1, 0.033);
+        assert!((auto.width_costs().slope() - 0.025).abs() < 1e-9);
     }
 
     /// A probe whose draft must first catch up on skipped tokens waits longer: with `α` 0.3
@@ -489,6 +540,7 @@ mod tests {
     fn a_probe_that_must_catch_up_waits_longer() {
         let wait = |catch_up: usize, catch_up_seconds: Option<f64>| {
             let mut auto = low_acceptance_draft_of_0_02_seconds();
+            auto.record_target(3, 0.2);
             auto.record_target(3, 0.2);
             if let Some(s) = catch_up_seconds {
                 auto.record_catch_up(20, s);
@@ -523,6 +575,7 @@ mod tests {
             auto.record_draft(0.037);
             auto.record_target(1, 0.1);
             auto.record_target(8, wide_seconds);
+            auto.record_target(8, wide_seconds);
             assert!((auto.cost_ratio().unwrap_or(0.0) - 0.37).abs() < 1e-9);
             auto.choose(8, 0)
         };
@@ -538,11 +591,14 @@ mod tests {
     fn asks_for_a_one_token_step_now_and_then() {
         let mut auto = AutoLength::default();
         auto.record_draft(0.01);
-        // Before any one-token step, t(1) is inferred from the narrowest width through r's prior.
+        // Before any one-token step, t(1) is inferred from the narrowest width through r's prior
+        // (from its second step: the first is not averaged).
+        auto.record_target(4, 0.5);
+        assert_eq!(auto.target_step_seconds(), None);
         auto.record_target(4, 0.13);
         let t1 = auto.target_step_seconds().unwrap_or(0.0);
         assert!((t1 - 0.13 / (1.0 + 3.0 * WidthCosts::PRIOR_SLOPE)).abs() < 1e-12);
-        for _ in 1..WidthCosts::REFRESH {
+        for _ in 2..WidthCosts::REFRESH {
             assert!(auto.choose(8, 0) >= 1);
             auto.record_target(4, 0.13);
         }

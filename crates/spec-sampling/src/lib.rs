@@ -48,8 +48,12 @@
 //!   it, `auto` decodes plainly, trying its best `K ≥ 1` after runs of 8 to 64 plain steps (the
 //!   longer, the more a probe is expected to lose, its draft's catch-up on the skipped tokens
 //!   included) so that `α` can recover. A draft that no `K` would make pay even with every draft
-//!   accepted (`c` ≥ 0.9 or so) is not probed: one of its forwards is timed every 64 plain steps
-//!   instead, in case it turns cheap. Until the draft is timed, `c` may be guessed
+//!   accepted (`c` ≥ 0.9 or so) is not probed: one of its forwards is timed after 8 plain steps
+//!   instead, in case it turns cheap or that verdict came from a stall, then after 16, 32 and
+//!   every 64 while it stays hopeless. Every time `auto` keeps is a
+//!   [`spec_core::length::average_time`], which one stalled measurement (a kernel compiled for
+//!   a new shape on cuda) moves by at most 2× a measurement, and which the next ordinary one
+//!   replaces if the stall came first. Until the draft is timed, `c` may be guessed
 //!   ([`DraftModelDrafter::with_cost_prior`]; the CLI passes [`weight_cost_prior`], the ratio of
 //!   the models' packed weight bytes), and when the first step is to be plain the draft skips
 //!   the prompt's prefill (a step that drafts catches up).

@@ -135,15 +135,16 @@ fn different_draft_greedy_equals_plain() {
 }
 
 /// `auto` told that the draft is far too slow for its target (a guess of `c` 5: no draft length
-/// pays even with every draft accepted) neither prefills nor runs the draft for 64 plain steps,
-/// then times one draft forward (whether drafting follows depends on that time); with a guess
-/// of 0.1 it prefills and drafts from the first step. The output is plain decoding's always.
+/// pays even with every draft accepted) neither prefills nor runs the draft for 8 plain steps,
+/// then times one draft forward (whether drafting follows depends on that time; another after
+/// 16 more steps if it stays hopeless); with a guess of 0.1 it prefills and drafts from the
+/// first step. The output is plain decoding's always.
 #[test]
 fn auto_times_a_draft_guessed_hopeless_only_now_and_then() {
     let c = config(97, 32, 2, 128);
     let target = model(&c, 3);
     let prompt = PROMPTS[0];
-    for (guess, new_tokens) in [(5.0, 40), (5.0, 100), (0.1, 40)] {
+    for (guess, new_tokens) in [(5.0, 7), (5.0, 40), (0.1, 40)] {
         let options = GenerateOptions::new(new_tokens, SamplingConfig::greedy());
         let plain = generate_plain(&target, prompt, &options, &mut |_| {}).unwrap();
         let mut drafter =
@@ -162,14 +163,14 @@ fn auto_times_a_draft_guessed_hopeless_only_now_and_then() {
             .into_iter()
             .find(|(name, _)| *name == "hopeless")
             .map(|(_, v)| v);
-        if guess > 1.0 && new_tokens == 40 {
+        if guess > 1.0 && new_tokens == 7 {
             // The draft not yet timed, the guess decides.
             assert_eq!(hopeless, Some(1.0));
         }
         match (guess > 1.0, new_tokens) {
-            // 40 plain steps and no probe yet.
-            (true, 40) => assert_eq!((forwards, spec.metrics.drafted), (0, 0)),
-            // The timing after 64 plain steps, and drafts only if it found the draft cheap.
+            // 7 plain steps and no timing yet.
+            (true, 7) => assert_eq!((forwards, spec.metrics.drafted), (0, 0)),
+            // The timing after 8 plain steps, and drafts only if it found the draft cheap.
             (true, _) => assert!(
                 forwards >= 1 && (forwards > 1 || spec.metrics.drafted == 0),
                 "{forwards}"
