@@ -480,16 +480,15 @@ fn unpacked_dropped(what: &str) -> RuntimeError {
     ))
 }
 
-/// `lhs.matmul(rhs)`, with a one-row `lhs` computed as two rows outside flex: burn 0.21's fused
-/// matmul runs cubek 0.2's `gemv_unit_perpendicular` kernel on one-row products, and that kernel
-/// misreads a transposed (column-major) `rhs` such as `weight.transpose()` (tracel-ai/cubek#262).
-/// Two rows make it a general product, which is right on every layout.
+/// `lhs.matmul(rhs)`, with a one-row `lhs` computed as `(rhsᵀ · lhsᵀ)ᵀ` outside flex: burn
+/// 0.21's fused matmul runs cubek 0.2's `gemv_unit_perpendicular` kernel on one-row products,
+/// and that kernel misreads a transposed (column-major) `rhs` such as `weight.transpose()`
+/// (tracel-ai/cubek#262). `rhsᵀ` is then the weight as stored, row-major, and the product a
+/// one-column one. (Before: two rows, `cat` and `narrow`, two more kernels a product.)
 fn matmul<B: Backend, const D: usize>(lhs: Tensor<B, D>, rhs: Tensor<B, D>) -> Tensor<B, D> {
     let rows = D - 2;
     if lhs.dims()[rows] == 1 && !is_flex::<B>() {
-        return Tensor::cat(vec![lhs.clone(), lhs], rows)
-            .matmul(rhs)
-            .narrow(rows, 0, 1);
+        return rhs.transpose().matmul(lhs.transpose()).transpose();
     }
     lhs.matmul(rhs)
 }
