@@ -1,6 +1,6 @@
 //! One-token forward passes on a GPU backend agree with flex. burn 0.21's fused one-row matmul
 //! (cubek 0.2's `gemv_unit_perpendicular`) misreads a transposed weight (tracel-ai/cubek#262),
-//! which broke the SwiGLU block of a decode step on wgpu; the runtime computes two rows instead.
+//! which broke the SwiGLU block of a decode step on wgpu; the runtime computes `(W · xᵀ)ᵀ` instead.
 #![cfg(all(feature = "flex", any(feature = "wgpu", feature = "cuda")))]
 // Test helpers outside #[test] functions unwrap too; a failure there is a test failure.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
