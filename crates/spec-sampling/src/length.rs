@@ -196,9 +196,9 @@ impl AutoLength {
     /// measurement is checked soon and a draft that stays hopeless costs one forward in 64 steps.
     pub fn wants_draft_timing(&self, k_max: usize) -> bool {
         let (fewest, most) = Self::PROBE_WAIT;
-        let wait = fewest
-            .checked_shl(self.hopeless_timings)
-            .map_or(most, |w| w.min(most));
+        // Capped so that the shift cannot overflow in a long run.
+        let doublings = self.hopeless_timings.min(usize::BITS / 2);
+        let wait = (fewest << doublings).min(most);
         self.hopeless_draft(k_max) && self.plain_run >= wait
     }
 
@@ -470,7 +470,7 @@ mod tests {
         auto.record_target(1, 0.1);
         assert!(auto.hopeless_draft(8) && auto.alpha() > 0.95);
         let mut timings = Vec::new();
-        for step in 1..=400 {
+        for step in 1..=6000 {
             if auto.wants_draft_timing(8) {
                 timings.push(step);
                 auto.record_draft_timing(0.2);
@@ -480,7 +480,10 @@ mod tests {
             auto.record_target(k + 1, 0.1);
         }
         // The run counts the one-token step before the loop.
-        assert_eq!(timings, [8, 24, 56, 120, 184, 248, 312, 376]);
+        assert_eq!(timings[..5], [8, 24, 56, 120, 184]);
+        // And it stays at 64 however long the run (past 61 timings, a shift of 8 would wrap).
+        assert_eq!(timings.len(), 5 + (6000 - 184) / 64);
+        assert!(timings.windows(2).skip(3).all(|w| w[1] - w[0] == 64));
     }
 
     /// On cuda the first draft forwards at a new shape compile kernels: one draft token timed at
