@@ -153,12 +153,16 @@ impl AutoLength {
 
     /// Records the draft's time per drafted token in one step.
     pub fn record_draft(&mut self, seconds_per_token: f64) {
+        self.average_draft_time(seconds_per_token);
+        self.hopeless_timings = 0;
+    }
+
+    fn average_draft_time(&mut self, seconds_per_token: f64) {
         self.draft_token_seconds = average_time(
             self.draft_token_seconds,
             seconds_per_token,
             Self::TIME_WEIGHT,
         );
-        self.hopeless_timings = 0;
     }
 
     /// `c` as guessed before the draft is timed (see [`AutoLength`]); a guess that is not a
@@ -205,9 +209,8 @@ impl AutoLength {
     /// Records a draft forward timed for [`AutoLength::wants_draft_timing`]; the plain run
     /// starts again.
     pub fn record_draft_timing(&mut self, seconds: f64) {
-        let timings = self.hopeless_timings;
-        self.record_draft(seconds);
-        self.hopeless_timings = timings.saturating_add(1);
+        self.average_draft_time(seconds);
+        self.hopeless_timings = self.hopeless_timings.saturating_add(1);
         self.plain_run = 0;
     }
 
