@@ -586,6 +586,32 @@ struct Machine {
     gpu: Option<String>,
 }
 
+/// How often each tile ran the CPU's timed products of f32 rows stored in spans at one row
+/// count of `x`, over the whole process (warm-up included), all shapes together
+/// (`spec_kernels::span_tile_uses`); the report's list is empty where none ran (another
+/// backend, a CPU without AVX-512, no verification of 2 to 14 tokens).
+#[derive(Debug, Clone, Serialize)]
+struct SpanTileRuns {
+    rows_of_x: usize,
+    /// Products run by each tile (`spec_kernels::SpanTile::name`).
+    tiles: BTreeMap<String, u64>,
+}
+
+/// The process's [`SpanTileRuns`], by rows of `x`.
+fn span_tile_runs() -> Vec<SpanTileRuns> {
+    let mut by_rows: BTreeMap<usize, BTreeMap<String, u64>> = BTreeMap::new();
+    for shape in spec_kernels::span_tile_uses() {
+        let tiles = by_rows.entry(shape.m).or_default();
+        for (tile, runs, _) in shape.runs {
+            *tiles.entry(tile.name().to_owned()).or_default() += runs;
+        }
+    }
+    by_rows
+        .into_iter()
+        .map(|(rows_of_x, tiles)| SpanTileRuns { rows_of_x, tiles })
+        .collect()
+}
+
 /// A loaded target model (for the report).
 #[derive(Debug, Clone, Serialize)]
 struct ModelInfo {
@@ -610,6 +636,7 @@ struct Report {
     total_seconds: f64,
     command: Vec<String>,
     machine: Machine,
+    span_tiles: Vec<SpanTileRuns>,
     prompts_file: String,
     prompts: Vec<BenchPrompt>,
     temperature: f64,
@@ -973,6 +1000,7 @@ pub(crate) fn run<B: Backend>(args: &BenchArgs, device: &B::Device) -> Result<()
         total_seconds: started.elapsed().as_secs_f64(),
         command: std::env::args().collect(),
         machine: machine_info(args.backend),
+        span_tiles: span_tile_runs(),
         prompts_file,
         prompts,
         temperature: args.temperature,
@@ -1331,6 +1359,21 @@ fn render_markdown(report: &Report, categories: &[String]) -> String {
             "- plain decoding on `{}`, before the methods / after them: {:.2} / {:.2} tok/s, \
              decode {:.2} / {:.2} tok/s (means over prompts; the baseline is both runs)",
             drift.target, drift.before.0, drift.after.0, drift.before.1, drift.after.1
+        );
+    }
+    if !report.span_tiles.is_empty() {
+        let rows: Vec<String> = report
+            .span_tiles
+            .iter()
+            .map(|r| {
+                let tiles: Vec<String> = r.tiles.iter().map(|(t, n)| format!("{t} {n}")).collect();
+                format!("{} rows: {}", r.rows_of_x, tiles.join(", "))
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "- CPU products of f32 rows in spans, tiles picked by timing (products run): {}",
+            rows.join("; ")
         );
     }
     for note in &report.skipped_methods {
@@ -2126,6 +2169,10 @@ mod tests {
                 backend: "flex".into(),
                 gpu: None,
             },
+            span_tiles: vec![SpanTileRuns {
+                rows_of_x: 5,
+                tiles: [("one panel".to_owned(), 3), ("two panels".to_owned(), 40)].into(),
+            }],
             prompts_file: "p.jsonl".into(),
             prompts: vec![],
             temperature: 0.0,
@@ -2140,6 +2187,12 @@ mod tests {
             runs,
         };
         let md = render_markdown(&report, &categories);
+        assert!(
+            md.contains(
+                "tiles picked by timing (products run): 5 rows: one panel 3, two panels 40\n"
+            ),
+            "{md}"
+        );
         // The details row, then the bound table's row if the method has one.
         let rows = |method: &str, category: &str| -> Vec<String> {
             md.lines()

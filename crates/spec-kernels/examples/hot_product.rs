@@ -50,6 +50,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let exec = Exec {
         isa: Isa::Auto,
         parallel,
+        span_tile: None,
     };
     println!(
         "{n} × {k} f32 ({:.0} KB), {}, kernels {}",

@@ -5,17 +5,19 @@
 //! matter for the time.
 //!
 //! `cargo run --release -p spec-kernels --example model_products [MODEL] [FORMAT] [ROWS]
-//! [ROUNDS]`: MODEL a reference model's name (default `qwen2.5-coder-1.5b`; also
+//! [ROUNDS] [TILES]`: MODEL a reference model's name (default `qwen2.5-coder-1.5b`; also
 //! `smollm2-135m`, `qwen2.5-coder-0.5b`), FORMAT as `--weights` takes it (default f32), ROWS a
 //! list such as `1,2,4,5,8` (default; each 1..=64, a prompt's pass), ROUNDS 12 after a warm-up
-//! round. Per row count: the median time of all products, its median ratio to one row in the
-//! same round, and the same split by projection (q/k/v stacked, o, gate/up stacked, down, the
-//! output head).
+//! round, TILES the f32 span tiles to run each row count with (`timed`, the default, picks
+//! them as the models do; `one`, `two`, `streams` fix one: `SpanTile`), in turn within each
+//! round. Per row count and tile: the median time of all products, its median ratio to the
+//! first row count with the first tile in the same round, and the same split by projection
+//! (q/k/v stacked, o, gate/up stacked, down, the output head).
 
 use std::error::Error;
 use std::time::Instant;
 
-use spec_kernels::{PackedMatrix, WeightFormat};
+use spec_kernels::{Exec, PackedMatrix, SpanTile, WeightFormat};
 
 #[path = "../benches/common/models.rs"]
 mod models;
@@ -38,6 +40,23 @@ fn main() -> Result<(), Box<dyn Error>> {
         .map(str::parse)
         .collect::<Result<_, _>>()?;
     let rounds: usize = args.get(3).map_or(Ok(12), |a| a.parse())?;
+    let tiles: Vec<Option<SpanTile>> = args
+        .get(4)
+        .map_or("timed", String::as_str)
+        .split(',')
+        .map(|t| match t {
+            "timed" => Ok(None),
+            "one" => Ok(Some(SpanTile::OnePanel)),
+            "two" => Ok(Some(SpanTile::TwoPanels)),
+            "streams" => Ok(Some(SpanTile::TwoPanelStreams)),
+            other => Err(format!("a tile is timed, one, two or streams, not {other}")),
+        })
+        .collect::<Result<_, _>>()?;
+    // Each (row count, tile) in turn.
+    let runs: Vec<(usize, Option<SpanTile>)> = rows
+        .iter()
+        .flat_map(|&m| tiles.iter().map(move |&t| (m, t)))
+        .collect();
     let Some(reference) = ReferenceModel::by_name(model) else {
         let names: Vec<&str> = MODELS.iter().map(|m| m.name).collect();
         return Err(format!("unknown model {model:?}: one of {names:?}").into());
@@ -76,15 +95,19 @@ fn main() -> Result<(), Box<dyn Error>> {
         .map(|i| (i % 5) as f32 * 0.01 - 0.02)
         .collect();
     let mut y = vec![0.0f32; 64 * widest];
-    // times[row count][class or total][round]
-    let mut times = vec![vec![Vec::new(); CLASSES.len() + 1]; rows.len()];
+    // times[run][class or total][round]
+    let mut times = vec![vec![Vec::new(); CLASSES.len() + 1]; runs.len()];
     for round in 0..=rounds {
-        for (t, &m) in rows.iter().enumerate() {
+        for (t, &(m, span_tile)) in runs.iter().enumerate() {
             let mut spent = [0.0f64; CLASSES.len() + 1];
+            let exec = Exec {
+                span_tile,
+                ..Exec::default()
+            };
             for (class, mat) in &products {
                 let (n, k) = (mat.rows(), mat.cols());
                 let start = Instant::now();
-                mat.matmul_into(&x[..m * k], m, &mut y[..m * n])?;
+                mat.matmul_with(&x[..m * k], m, &mut y[..m * n], exec)?;
                 let ms = start.elapsed().as_secs_f64() * 1e3;
                 spent[*class] += ms;
                 spent[CLASSES.len()] += ms;
@@ -107,17 +130,32 @@ fn main() -> Result<(), Box<dyn Error>> {
         )
     };
     let header: String = CLASSES.iter().map(|c| format!(" {c} |")).collect();
-    println!("| rows | all products ms | ÷ rows[0] |{header}");
-    println!("|---|---|---|{}", "---|".repeat(CLASSES.len()));
-    for (t, &m) in rows.iter().enumerate() {
+    println!("| rows | tile | all products ms | ÷ first |{header}");
+    println!("|---|---|---|---|{}", "---|".repeat(CLASSES.len()));
+    for (t, &(m, span_tile)) in runs.iter().enumerate() {
         let classes: String = (0..CLASSES.len())
             .map(|c| format!(" {:.1} ({:.2}) |", median(times[t][c].clone()), ratio(t, c)))
             .collect();
+        let tile = span_tile.map_or("timed", SpanTile::name);
         println!(
-            "| {m} | {:.1} | {:.2} |{classes}",
+            "| {m} | {tile} | {:.1} | {:.2} |{classes}",
             median(times[t][CLASSES.len()].clone()),
             ratio(t, CLASSES.len())
         );
+    }
+    // The memory's speed drifts between rounds: each round's totals, to read them by state.
+    let names: String = runs
+        .iter()
+        .map(|&(m, t)| format!(" {m} {} |", t.map_or("timed", SpanTile::name)))
+        .collect();
+    println!("\n| round |{names}");
+    println!("|---|{}", "---|".repeat(runs.len()));
+    for round in 0..rounds {
+        let totals: String = times
+            .iter()
+            .map(|run| format!(" {:.1} |", run[CLASSES.len()][round]))
+            .collect();
+        println!("| {} |{totals}", round + 1);
     }
     Ok(())
 }

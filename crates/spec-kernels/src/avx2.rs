@@ -22,6 +22,7 @@ mod imp {
 
     use crate::activations::{Interleave, QuantizedRows, RoundOps};
     use crate::pack::{BLOCK, GROUP, PANEL, PackedMatrix, SPAN_GROUP, Storage, span_width};
+    use crate::tiles::SpanTile;
 
     pub(crate) fn available() -> bool {
         V3::is_available()
@@ -1879,32 +1880,36 @@ mod imp {
         spanned_groups(simd, w, mat.panel_rows(), rows, blocks, m, outs, add);
     }
 
-    /// The rows of `x` for which a spanned f32 product takes one tile of one or two panels ×
-    /// all the rows on a CPU with AVX-512 ([`WideSpanJob`]): from 6, which 16 registers split into two
-    /// tiles (4 + 2 up to 4 + 4 + 4 + 4), to [`SPAN_TILE_MAX_ROWS`]. The 1.5B's products
-    /// (Zen 5, docs/benchmarks.md, thirty-first session; ÷ one row in the same round): 9 rows
-    /// 1.28–1.39 → 0.99–1.15 in five alternated rounds, 16 rows 331–340 ms → 229–231 ms.
-    const WIDE_SPAN_ROWS: std::ops::RangeInclusive<usize> = 6..=SPAN_TILE_MAX_ROWS;
+    /// The rows of `x` for which a spanned f32 product may take one tile of one or two panels ×
+    /// all the rows on a CPU with AVX-512 ([`WideSpanJob`], [`SpanTile::TwoPanels`] and
+    /// [`SpanTile::TwoPanelStreams`]); 16 registers split 6 or more rows into two tiles (4 + 2
+    /// up to 4 + 4 + 4 + 4). The 1.5B's products (Zen 5, docs/benchmarks.md, thirty-first
+    /// session; ÷ one row in the same round): 9 rows 1.28–1.39 → 0.99–1.15 in five alternated
+    /// rounds, 16 rows 331–340 ms → 229–231 ms. From 2 rows the tiles are timed against AVX2's
+    /// ([`crate::tiles`]).
+    const WIDE_SPAN_ROWS: std::ops::RangeInclusive<usize> = 2..=SPAN_TILE_MAX_ROWS;
 
     /// A product of spanned f32 rows with `M` rows of `x` ([`WIDE_SPAN_ROWS`]) inside `V4`'s
     /// target features, each panel's piece of a span in one tile of all `M` rows
     /// ([`paired_tile`], `M` 16-lane sums; two panels at once up to [`TWO_PANEL_MAX_ROWS`],
     /// [`two_panel_tile`]): each weight vector streamed from memory serves every row at once,
     /// where two or more tiles of one panel (16 registers) stop the stream while the later
-    /// ones read the piece again from L1. One job per `M`, compiled apart (as [`VnniJob`]).
-    struct WideSpanJob<'a, 'b, const M: usize> {
+    /// ones read the piece again from L1. One job per `M` and hint layout, compiled apart (as
+    /// [`VnniJob`]).
+    /// `STREAMS`: [`SpanTile::TwoPanelStreams`]'s hints, else [`SpanTile::TwoPanels`]'.
+    struct WideSpanJob<'a, 'b, const M: usize, const STREAMS: bool> {
         simd: V4,
         product: Product<'a, 'b>,
     }
 
-    impl<const M: usize> NullaryFnOnce for WideSpanJob<'_, '_, M> {
+    impl<const M: usize, const STREAMS: bool> NullaryFnOnce for WideSpanJob<'_, '_, M, STREAMS> {
         type Output = ();
 
         #[inline(always)]
         fn call(self) {
             let WideSpanJob { simd, product } = self;
             debug_assert_eq!(product.m, M);
-            spanned_product(*simd, product, |operands| OneTile::<M> {
+            spanned_product(*simd, product, |operands| OneTile::<M, STREAMS> {
                 v4: simd,
                 operands,
             });
@@ -1913,12 +1918,12 @@ mod imp {
 
     /// Each panel's piece of a span against all `M` rows of `x` in one tile ([`WideSpanJob`]),
     /// two panels a tile up to [`TWO_PANEL_MAX_ROWS`] rows.
-    struct OneTile<'a, const M: usize> {
+    struct OneTile<'a, const M: usize, const STREAMS: bool> {
         v4: V4,
         operands: SpanOperands<'a>,
     }
 
-    impl<const M: usize> AddSpan for OneTile<'_, M> {
+    impl<const M: usize, const STREAMS: bool> AddSpan for OneTile<'_, M, STREAMS> {
         #[inline(always)]
         fn add_span(&self, pieces: &[[f32x8; 4]], start: usize, span: usize, sums: &mut [f32x8]) {
             let SpanOperands { x, blocks, m, .. } = self.operands;
@@ -1934,7 +1939,7 @@ mod imp {
                     &x[at..at + span]
                 });
                 if pieces.len() == 2 * PANEL * span {
-                    two_panel_tile(self.v4, pieces, &xs, span, m, sums);
+                    two_panel_tile::<M, STREAMS>(self.v4, pieces, &xs, span, m, sums);
                 } else {
                     paired_tile(self.v4, pieces, &xs, span, m, sums);
                 }
@@ -1946,27 +1951,19 @@ mod imp {
     /// one of `x` in AVX-512's 32 registers.
     const TWO_PANEL_MAX_ROWS: usize = 14;
 
-    /// From this many rows of `x` on, [`two_panel_tile`] hints each panel's weights in a stream
-    /// of its own (two pieces ahead); below, one stream hints the next two pieces in address
-    /// order. The 1.5B's products on the Zen 5 (docs/benchmarks.md, thirty-third session),
-    /// alternated runs read in the state of the machine's memory (one row 87-97 ms, fast, or
-    /// 124-136 ms, slow): 8 rows 100-108 ms against 119-123 fast, 153-169 against 149-158
-    /// slow; 9 rows 1.07-1.22 of one row's time against 1.31-1.40 fast, even slow; but 6 rows
-    /// 99-104 against 104-112 fast and 155-168 against 141-151 slow, 7 rows alike. The same
-    /// stream a tile further ahead did as the nearer one (9 rows 1.33-1.46 fast): it is the
-    /// two streams that pay, not the distance.
-    const PANEL_STREAM_HINTS_FROM_ROWS: usize = 8;
-
     /// [`paired_tile`] over two panels' pieces at once (`pieces`: the first panel's piece,
     /// then the second's; `sums`: their four rows' sums), each broadcast vector of `x` serving
-    /// both panels. On Zen 5 the one-panel tile is bound by issuing its broadcasts (one per
+    /// both panels. With `STREAMS` each panel's weights are hinted in a stream of their own two
+    /// pieces ahead ([`SpanTile::TwoPanelStreams`]), else the next two pieces in address order
+    /// ([`SpanTile::TwoPanels`]); which is faster has depended on the memory's state
+    /// ([`crate::tiles`]). On Zen 5 the one-panel tile is bound by issuing its broadcasts (one per
     /// multiply-add), not by the multiply-adds: on a product kept in L2 this took 9 rows at
     /// 36 GB/s against 25.5 (7 rows 45 against 32). Every output keeps its operations and
     /// their order, so its bits. A function of its own, not `paired_tile` generic over the
     /// panel count: that one compiled to loops 0.5-0.65 as fast, for one panel as for two.
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
-    fn two_panel_tile<const M: usize>(
+    fn two_panel_tile<const M: usize, const STREAMS: bool>(
         v4: V4,
         pieces: &[[f32x8; 4]],
         xs: &[&[[f32x8; 4]]; M],
@@ -1981,7 +1978,7 @@ mod imp {
         let mut acc_b: [__m512; M] =
             std::array::from_fn(|u| pair(sums[2 * m + u], sums[3 * m + u]));
         for b in 0..span {
-            if M >= PANEL_STREAM_HINTS_FROM_ROWS {
+            if STREAMS {
                 // Each panel's own stream of hints, a block a block, two pieces (8 KB at the
                 // 1.5B's spans) ahead: block `b` of the next tile's two pieces.
                 for piece in [a, b_piece] {
@@ -2217,6 +2214,12 @@ mod imp {
         }
     }
 
+    /// Whether a product of `mat` with `avx512` set takes the tile it is given ([`run`]'s
+    /// `span_tile`): f32 rows stored in spans, on a CPU with AVX-512.
+    pub(crate) fn span_tiles_apply(mat: &PackedMatrix, avx512: bool) -> bool {
+        avx512 && mat.spanned() && V4::try_new().is_some()
+    }
+
     /// `outs[i][r - rows.start] = x[i] · W[r]`; `x` is `[m, padded_cols]`, and `int8` the same
     /// rows rounded to int8, which integer weights multiply instead when given (f32 and bf16
     /// weights, which have no integer path, then multiply `x`). With `avx512`, on a CPU with
@@ -2229,6 +2232,9 @@ mod imp {
     /// take one tile of all of them, [`WideSpanJob`]); the grouped layouts with VNNI too run inside
     /// [`V4Vnni`] with `vpdpbusd` (2.3× the multiply-adds a second of the per-block tile at 4 to
     /// 64 rows, one thread, docs/benchmarks.md, twentieth session).
+    /// `span_tile` is the tile of a product of spanned f32 rows where the CPU has AVX-512 and
+    /// `avx512` is set ([`span_tiles_apply`]); elsewhere it is not used.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn run(
         mat: &PackedMatrix,
         rows: Range<usize>,
@@ -2237,6 +2243,7 @@ mod imp {
         m: usize,
         outs: &mut [&mut [f32]],
         avx512: bool,
+        span_tile: SpanTile,
     ) {
         let tall = tall_tiles(mat, m);
         let grouped = mat.storage.interleave() != Interleave::No;
@@ -2282,15 +2289,26 @@ mod imp {
                 tall,
             });
         }
-        if let Some(v4) =
-            V4::try_new().filter(|_| avx512 && mat.spanned() && WIDE_SPAN_ROWS.contains(&m))
-        {
+        if let Some(v4) = V4::try_new().filter(|_| {
+            avx512
+                && mat.spanned()
+                && WIDE_SPAN_ROWS.contains(&m)
+                && span_tile != SpanTile::OnePanel
+        }) {
             macro_rules! wide {
                 ($m:literal) => {
-                    v4.vectorize(WideSpanJob::<$m> { simd: v4, product })
+                    if span_tile == SpanTile::TwoPanelStreams {
+                        v4.vectorize(WideSpanJob::<$m, true> { simd: v4, product })
+                    } else {
+                        v4.vectorize(WideSpanJob::<$m, false> { simd: v4, product })
+                    }
                 };
             }
             return match m {
+                2 => wide!(2),
+                3 => wide!(3),
+                4 => wide!(4),
+                5 => wide!(5),
                 6 => wide!(6),
                 7 => wide!(7),
                 8 => wide!(8),
@@ -2353,6 +2371,11 @@ mod imp {
         None
     }
 
+    pub(crate) fn span_tiles_apply(_mat: &PackedMatrix, _avx512: bool) -> bool {
+        false
+    }
+
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn run(
         mat: &PackedMatrix,
         rows: Range<usize>,
@@ -2361,6 +2384,7 @@ mod imp {
         m: usize,
         outs: &mut [&mut [f32]],
         _avx512: bool,
+        _span_tile: crate::tiles::SpanTile,
     ) {
         match int8 {
             Some(q) => crate::scalar::run(mat, rows, &q.dequantize(), m, outs),
@@ -2369,4 +2393,4 @@ mod imp {
     }
 }
 
-pub(crate) use imp::{available, instruction_set, round_rows, run};
+pub(crate) use imp::{available, instruction_set, round_rows, run, span_tiles_apply};

@@ -28,7 +28,10 @@
 //!   do f32 rows of more than 1024 inputs (stored in spans) at 6 to 16 rows of `x` (a
 //!   verification of K = 5 to 15, which 16 registers take in two tiles or more), the panel's
 //!   two rows side by side in 16-lane vectors: lane for lane the same operations (up to 14
-//!   rows two panels a tile, each broadcast vector of `x` serving both);
+//!   rows two panels a tile, each broadcast vector of `x` serving both). At 2 to 14 rows such
+//!   a product's tile ([`SpanTile`]: AVX2's one-panel tiles, or the 16-lane tile with one
+//!   stream of hints or a stream a panel) is picked by timing the candidates on its shape,
+//!   since which is fastest changed with the state of the machine's memory (module `tiles`);
 //! - tiles ask for their weights 4 KB of a panel ahead (`prefetcht0`; for f32 only from three
 //!   rows of `x` on), which measured faster for Q8_0 and bf16 at every row count; the grouped
 //!   tiles 8 KB ahead into L2 only (`prefetcht1`), so that rows of `x` read from L2 do not
@@ -99,10 +102,12 @@ mod ops;
 mod pack;
 mod scalar;
 mod team;
+mod tiles;
 
 pub use error::KernelError;
 pub use ops::{AttentionShape, attention, attention_with, dot, swiglu, swiglu_with};
 pub use pack::{BLOCK, PackedMatrix, Q4Superblock, Q6Superblock, SUPERBLOCK, WeightFormat};
+pub use tiles::{SpanTile, SpanTileUse, span_tile_uses};
 
 /// Which instruction set a product runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,6 +131,10 @@ pub struct Exec {
     pub isa: Isa,
     /// Split the output rows over the kernels' threads (for products large enough to pay).
     pub parallel: bool,
+    /// The tile of a product of f32 rows stored in spans at 2 to 14 rows of `x` with
+    /// [`Isa::Auto`] on a CPU with AVX-512; `None` (the default) picks it by timing the
+    /// candidates on the product's shape ([`SpanTile`]). Every tile gives the same bits.
+    pub span_tile: Option<SpanTile>,
 }
 
 impl Default for Exec {
@@ -133,6 +142,7 @@ impl Default for Exec {
         Self {
             isa: Isa::Auto,
             parallel: true,
+            span_tile: None,
         }
     }
 }

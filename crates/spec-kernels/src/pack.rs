@@ -3,13 +3,14 @@
 use std::ops::Range;
 use std::str::FromStr;
 use std::sync::Mutex;
+use std::time::Instant;
 
 use half::bf16;
 
 use crate::activations::{Interleave, QuantizedRows};
 use crate::error::KernelError;
 use crate::team::Team;
-use crate::{Exec, Isa, avx2, scalar};
+use crate::{Exec, Isa, avx2, scalar, tiles};
 
 /// Every packed row is padded with zeros to a multiple of this many columns (the Q8_0 block).
 pub const BLOCK: usize = 32;
@@ -847,13 +848,52 @@ impl PackedMatrix {
             .filter(|_| !simd)
             .map(QuantizedRows::dequantize);
         let xs = rounded.as_deref().unwrap_or(xs);
+        // Where several tiles give these bits, the one asked for, or the one that timing picks.
+        let parallel = exec.parallel;
+        let timed = match exec.span_tile {
+            _ if !(simd && avx2::span_tiles_apply(self, avx512)) => None,
+            Some(_) => None,
+            None => Some(tiles::candidates(m))
+                .filter(|c| c.len() > 1)
+                .map(|candidates| {
+                    let shape = tiles::Shape {
+                        rows: n,
+                        cols: kp,
+                        m,
+                        parallel,
+                    };
+                    (shape, candidates, tiles::pick(shape, candidates))
+                }),
+        };
+        let span_tile = match timed {
+            Some((_, candidates, index)) => candidates[index],
+            None => exec.span_tile.unwrap_or(tiles::default_tile(m)),
+        };
+        let started = timed.map(|_| Instant::now());
         let run = |rows: Range<usize>, outs: &mut [&mut [f32]]| {
             if simd {
-                avx2::run(self, rows, xs, int8.as_ref(), m, outs, avx512);
+                avx2::run(self, rows, xs, int8.as_ref(), m, outs, avx512, span_tile);
             } else {
                 scalar::run(self, rows, xs, m, outs);
             }
         };
+        self.run_split(exec, m, y, run);
+        if let (Some((shape, _, index)), Some(started)) = (timed, started) {
+            tiles::record(shape, index, started.elapsed().as_secs_f64());
+        }
+        Ok(())
+    }
+
+    /// Runs `run` over the output rows, split over the kernels' threads where `exec` allows
+    /// and the product is large enough to pay (`y` is `[m, rows]`).
+    fn run_split(
+        &self,
+        exec: Exec,
+        m: usize,
+        y: &mut [f32],
+        run: impl Fn(Range<usize>, &mut [&mut [f32]]) + Sync,
+    ) {
+        let (n, kp) = (self.rows, self.padded_cols);
 
         let team = (exec.parallel && n * kp >= PARALLEL_MIN_WEIGHTS).then(Team::get);
         let threads = team.map_or(1, Team::threads);
@@ -868,7 +908,7 @@ impl PackedMatrix {
         let Some(team) = team.filter(|_| blocks > 1) else {
             let mut outs: Vec<&mut [f32]> = y.chunks_exact_mut(n).collect();
             run(0..n, &mut outs);
-            return Ok(());
+            return;
         };
         // A thread's rows start at a group of spans (see `span_width`).
         let align = if self.spanned() { SPAN_GROUP } else { 4 };
@@ -888,7 +928,6 @@ impl PackedMatrix {
                 run(start..(start + block_rows).min(n), &mut parts);
             }
         });
-        Ok(())
     }
 }
 

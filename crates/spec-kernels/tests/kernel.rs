@@ -10,7 +10,8 @@ use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use spec_kernels::{
-    Exec, Isa, KernelError, PackedMatrix, Q4Superblock, Q6Superblock, SUPERBLOCK, WeightFormat,
+    Exec, Isa, KernelError, PackedMatrix, Q4Superblock, Q6Superblock, SUPERBLOCK, SpanTile,
+    WeightFormat,
 };
 
 const FORMATS: [WeightFormat; 7] = WeightFormat::ALL;
@@ -72,15 +73,25 @@ fn check(mat: &PackedMatrix, x: &[f32], m: usize, y: &[f32]) -> Result<(), TestC
 }
 
 /// Runs `mat · x` on every ISA, threaded and not, checking each result; the AVX-512 build of
-/// the SIMD kernel ([`Isa::Auto`] where the CPU has it) must give [`Isa::Avx2`]'s bits: it
-/// runs the same operations.
+/// the SIMD kernel ([`Isa::Auto`] where the CPU has it), with every tile of spanned f32 rows
+/// and the timed choice among them, must give [`Isa::Avx2`]'s bits: it runs the same
+/// operations.
 fn check_every_isa(mat: &PackedMatrix, x: &[f32], m: usize) -> Result<(), TestCaseError> {
     let n = mat.rows();
     let mut simd_bits: Vec<Vec<u32>> = Vec::new();
-    for isa in [Isa::Auto, Isa::Avx2, Isa::Scalar] {
+    let tiles = std::iter::once(None).chain(SpanTile::ALL.map(Some));
+    let execs = tiles
+        .map(|span_tile| (Isa::Auto, span_tile))
+        .chain([(Isa::Avx2, None), (Isa::Scalar, None)]);
+    for (isa, span_tile) in execs {
         for parallel in [false, true] {
             let mut y = vec![f32::NAN; m * n];
-            mat.matmul_with(x, m, &mut y, Exec { isa, parallel })
+            let exec = Exec {
+                isa,
+                parallel,
+                span_tile,
+            };
+            mat.matmul_with(x, m, &mut y, exec)
                 .map_err(|e| TestCaseError::fail(e.to_string()))?;
             check(mat, x, m, &y)?;
             if isa != Isa::Scalar {
@@ -331,6 +342,46 @@ fn a_row_does_not_depend_on_the_others() {
                     bits == alone[i],
                     "{format} k={k} m={m}: row {i} differs from its one-row product"
                 );
+            }
+        }
+    }
+}
+
+/// Every tile of f32 rows stored in spans, asked for or picked by timing, gives each row of
+/// `x` the bits of its one-row product at every row count, threaded or not: the timed choice
+/// ([`Exec::span_tile`] `None`) may change from one product to the next. k 1100 stores rows
+/// in 3 uneven spans, k 2112 in 5; 1027 rows end in a group of 3 rows and the padding row.
+#[test]
+fn every_span_tile_gives_the_same_bits() {
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    for (n, k) in [(1027, 1100), (203, 2112)] {
+        let mat = PackedMatrix::pack(&random(n * k, &mut rng), n, k, WeightFormat::F32).unwrap();
+        let x = random(16 * k, &mut rng);
+        let alone: Vec<Vec<u32>> = (0..16)
+            .map(|i| {
+                let y = mat.matmul(&x[i * k..(i + 1) * k], 1).unwrap();
+                y.iter().map(|v| v.to_bits()).collect()
+            })
+            .collect();
+        let tiles = std::iter::once(None).chain(SpanTile::ALL.map(Some));
+        for (span_tile, parallel) in tiles.flat_map(|t| [(t, false), (t, true)]) {
+            let exec = Exec {
+                isa: Isa::Auto,
+                parallel,
+                span_tile,
+            };
+            // The timed choice runs each shape's candidates in turn: repeat to meet them all.
+            let repeats = if span_tile.is_none() { 4 } else { 1 };
+            for m in (1..=16).flat_map(|m| std::iter::repeat_n(m, repeats)) {
+                let mut y = vec![f32::NAN; m * n];
+                mat.matmul_with(&x[..m * k], m, &mut y, exec).unwrap();
+                for (i, row) in y.chunks_exact(n).enumerate() {
+                    let bits: Vec<u32> = row.iter().map(|v| v.to_bits()).collect();
+                    assert!(
+                        bits == alone[i],
+                        "k={k} m={m} {span_tile:?} parallel={parallel}: row {i} differs"
+                    );
+                }
             }
         }
     }
