@@ -589,7 +589,7 @@ struct Machine {
 /// How often each tile ran the CPU's timed products of f32 rows stored in spans at one row
 /// count of `x`, over the whole process (warm-up included), all shapes together
 /// (`spec_kernels::span_tile_uses`); the report's list is empty where none ran (another
-/// backend, a CPU without AVX-512, no verification of 2 to 14 tokens).
+/// backend, a CPU without AVX-512, no verification of 4 to 14 tokens).
 #[derive(Debug, Clone, Serialize)]
 struct SpanTileRuns {
     rows_of_x: usize,

@@ -1885,7 +1885,7 @@ mod imp {
     /// [`SpanTile::TwoPanelStreams`]); 16 registers split 6 or more rows into two tiles (4 + 2
     /// up to 4 + 4 + 4 + 4). The 1.5B's products (Zen 5, docs/benchmarks.md, thirty-first
     /// session; ÷ one row in the same round): 9 rows 1.28–1.39 → 0.99–1.15 in five alternated
-    /// rounds, 16 rows 331–340 ms → 229–231 ms. From 2 rows the tiles are timed against AVX2's
+    /// rounds, 16 rows 331–340 ms → 229–231 ms. From 4 rows the tiles are timed against AVX2's
     /// ([`crate::tiles`]).
     const WIDE_SPAN_ROWS: std::ops::RangeInclusive<usize> = 2..=SPAN_TILE_MAX_ROWS;
 

@@ -28,7 +28,7 @@
 //!   do f32 rows of more than 1024 inputs (stored in spans) at 6 to 16 rows of `x` (a
 //!   verification of K = 5 to 15, which 16 registers take in two tiles or more), the panel's
 //!   two rows side by side in 16-lane vectors: lane for lane the same operations (up to 14
-//!   rows two panels a tile, each broadcast vector of `x` serving both). At 2 to 14 rows such
+//!   rows two panels a tile, each broadcast vector of `x` serving both). At 4 to 14 rows such
 //!   a product's tile ([`SpanTile`]: AVX2's one-panel tiles, or the 16-lane tile with one
 //!   stream of hints or a stream a panel) is picked by timing the candidates on its shape,
 //!   since which is fastest changed with the state of the machine's memory (module `tiles`);
@@ -131,7 +131,7 @@ pub struct Exec {
     pub isa: Isa,
     /// Split the output rows over the kernels' threads (for products large enough to pay).
     pub parallel: bool,
-    /// The tile of a product of f32 rows stored in spans at 2 to 14 rows of `x` with
+    /// The tile of a product of f32 rows stored in spans at 4 to 14 rows of `x` with
     /// [`Isa::Auto`] on a CPU with AVX-512; `None` (the default) picks it by timing the
     /// candidates on the product's shape ([`SpanTile`]). Every tile gives the same bits.
     pub span_tile: Option<SpanTile>,

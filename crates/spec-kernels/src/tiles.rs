@@ -1,15 +1,21 @@
 //! Which tile runs a product of f32 rows stored in spans, picked by timing the candidates.
 //!
-//! At 2 to 14 rows of `x` (a verification of K = 1 to 13) several tiles do such a product with
+//! At 4 to 14 rows of `x` (a verification of K = 3 to 13) several tiles do such a product with
 //! the same operations in the same order, so the same bits, and differ only in how they read
-//! the weights from memory. Which one is fastest has depended on the state of the machine's
-//! memory, which on the Zen 5 of the thirty-second to thirty-seventh sessions moved every few
-//! minutes between a fast state (the 1.5B's one-row products in 87-95 ms) and a slow one
-//! (124-144 ms) (docs/benchmarks.md): at 5 rows the two-panel tile took 9% less time than
-//! AVX2's one-panel tiles when memory was fast and 3% more when slow; at 6 and 7 rows a hint
-//! stream per panel took 5% less when fast and 8% more when slow. A fixed choice lost in one
-//! state or the other. So each product's shape keeps the recent times of its candidates, runs
-//! the fastest, and every [`EXPLORE_EVERY`] calls runs another one to keep its time current.
+//! the weights from memory. Which one is fastest depends on the state of the machine's memory,
+//! which on the Zen 5 of the thirty-second to thirty-eighth sessions moved every few minutes
+//! between a fast state (the 1.5B's one-row products in 86-95 ms) and a slow one (124-144 ms).
+//! The 1.5B's products ÷ one row in the same round, medians over the fast and slow rounds of
+//! two runs (81 and 120 fast, 67 and 10 slow; docs/benchmarks.md, thirty-eighth session): 5
+//! rows, one panel 1.25-1.29 fast and 1.05 slow, two panels with two streams 1.12-1.14 fast and
+//! 1.18-1.21 slow; 7 rows, two panels 1.20-1.21 fast and 1.11 slow, with two streams 1.09 fast
+//! and 1.21-1.24 slow; 9 rows, two panels 1.26-1.28 fast and 1.18-1.20 slow, with two streams
+//! 1.17-1.18 and 1.19-1.22. The fixed choices before (one panel to 5 rows, one stream at 6
+//! and 7, two from 8) took 7-13% more than the fastest at 5 to 7 rows when memory was fast.
+//! So each product's shape keeps the recent times of its candidates, runs the fastest, runs
+//! another every [`EXPLORE_EVERY`] products, and at once those whose times belong to another
+//! state ([`STALE_SHARE`]); timed so, the products took 0-2.4% more than the fastest tile in
+//! each state.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, OnceLock};
