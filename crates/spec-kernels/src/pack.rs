@@ -3,7 +3,6 @@
 use std::ops::Range;
 use std::str::FromStr;
 use std::sync::Mutex;
-use std::time::Instant;
 
 use half::bf16;
 
@@ -848,28 +847,15 @@ impl PackedMatrix {
             .filter(|_| !simd)
             .map(QuantizedRows::dequantize);
         let xs = rounded.as_deref().unwrap_or(xs);
-        // Where several tiles give these bits, the one asked for, or the one that timing picks.
-        let parallel = exec.parallel;
-        let timed = match exec.span_tile {
-            _ if !(simd && avx2::span_tiles_apply(self, avx512)) => None,
-            Some(_) => None,
-            None => Some(tiles::candidates(m))
-                .filter(|c| c.len() > 1)
-                .map(|candidates| {
-                    let shape = tiles::Shape {
-                        rows: n,
-                        cols: kp,
-                        m,
-                        parallel,
-                    };
-                    (shape, candidates, tiles::pick(shape, candidates))
-                }),
+        let shape = tiles::Shape {
+            rows: n,
+            cols: kp,
+            m,
+            parallel: exec.parallel,
         };
-        let span_tile = match timed {
-            Some((_, candidates, index)) => candidates[index],
-            None => exec.span_tile.unwrap_or(tiles::default_tile(m)),
-        };
-        let started = timed.map(|_| Instant::now());
+        let (span_tile, timing) = tiles::choose(shape, exec.span_tile, || {
+            simd && avx2::span_tiles_apply(self, avx512)
+        });
         let run = |rows: Range<usize>, outs: &mut [&mut [f32]]| {
             if simd {
                 avx2::run(self, rows, xs, int8.as_ref(), m, outs, avx512, span_tile);
@@ -878,8 +864,8 @@ impl PackedMatrix {
             }
         };
         self.run_split(exec, m, y, run);
-        if let (Some((shape, _, index)), Some(started)) = (timed, started) {
-            tiles::record(shape, index, started.elapsed().as_secs_f64());
+        if let Some(timing) = timing {
+            timing.finish();
         }
         Ok(())
     }

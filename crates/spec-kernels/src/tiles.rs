@@ -19,6 +19,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::Instant;
 
 /// A tile for a product of f32 rows stored in spans ([`crate::Exec::span_tile`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -217,16 +218,47 @@ fn times() -> MutexGuard<'static, HashMap<Shape, ShapeTimes>> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// The candidate (by position in `candidates`) that the next product of `shape` runs.
-pub(crate) fn pick(shape: Shape, candidates: &[SpanTile]) -> usize {
-    times().entry(shape).or_default().pick(candidates)
+/// A timed product under way ([`choose`]).
+pub(crate) struct Timing {
+    shape: Shape,
+    index: usize,
+    started: Instant,
 }
 
-/// Keeps the time of a product of `shape` run with the candidate at `index`.
-pub(crate) fn record(shape: Shape, index: usize, seconds: f64) {
-    if let Some(times) = times().get_mut(&shape) {
-        times.record(index, seconds);
+impl Timing {
+    /// Keeps the product's time, now that it has run.
+    pub(crate) fn finish(self) {
+        let seconds = self.started.elapsed().as_secs_f64();
+        if let Some(times) = times().get_mut(&self.shape) {
+            times.record(self.index, seconds);
+        }
     }
+}
+
+/// The tile a product of `shape` runs: `asked` if given; else, where `applies` (the product
+/// takes the tile it is given, [`crate::avx2::span_tiles_apply`]) and several tiles are
+/// candidates at its rows of `x`, the one timing picks, with the [`Timing`] to finish once the
+/// product has run; else [`default_tile`].
+pub(crate) fn choose(
+    shape: Shape,
+    asked: Option<SpanTile>,
+    applies: impl FnOnce() -> bool,
+) -> (SpanTile, Option<Timing>) {
+    let candidates = candidates(shape.m);
+    if let Some(tile) = asked {
+        return (tile, None);
+    }
+    if candidates.len() < 2 || !applies() {
+        return (default_tile(shape.m), None);
+    }
+    let index = times().entry(shape).or_default().pick(candidates);
+    let started = Instant::now();
+    let timing = Timing {
+        shape,
+        index,
+        started,
+    };
+    (candidates[index], Some(timing))
 }
 
 /// How often each tile ran the timed products of one shape in this process.
