@@ -313,16 +313,24 @@ impl AutoLength {
 mod tests {
     use super::*;
 
-    #[test]
-    fn choose_uses_measured_times() {
+    /// 100 steps with every draft accepted, a draft token timed at `draft_seconds` and a
+    /// one-token target step at 0.1 s.
+    fn every_draft_accepted(draft_seconds: f64) -> AutoLength {
         let mut auto = AutoLength::default();
-        assert_eq!(auto.choose(8, 0), DEFAULT_K);
-        assert_eq!(auto.choose(2, 0), 2);
         for _ in 0..100 {
             auto.record_step(4, 4);
         }
-        auto.record_draft(0.001);
+        auto.record_draft(draft_seconds);
         auto.record_target(1, 0.1);
+        auto
+    }
+
+    #[test]
+    fn choose_uses_measured_times() {
+        let fresh = AutoLength::default();
+        assert_eq!(fresh.choose(8, 0), DEFAULT_K);
+        assert_eq!(fresh.choose(2, 0), 2);
+        let mut auto = every_draft_accepted(0.001);
         assert!((auto.cost_ratio().unwrap_or(0.0) - 0.01).abs() < 1e-12);
         assert_eq!(auto.choose(8, 0), 8);
         // A draft as slow as the target whose drafts are all rejected: plain steps pay more.
@@ -465,12 +473,7 @@ mod tests {
     /// once instead after 8 plain steps, then after 16, 32 and every 64 while it stays hopeless.
     #[test]
     fn a_hopeless_draft_is_only_timed_now_and_then() {
-        let mut auto = AutoLength::default();
-        for _ in 0..100 {
-            auto.record_step(4, 4);
-        }
-        auto.record_draft(0.2);
-        auto.record_target(1, 0.1);
+        let mut auto = every_draft_accepted(0.2);
         assert!(auto.hopeless_draft(8) && auto.alpha() > 0.95);
         let mut timings = Vec::new();
         for step in 1..=6000 {
@@ -496,12 +499,7 @@ mod tests {
     /// the average by at most 0.2× a measurement.
     #[test]
     fn a_stall_in_the_first_timing_does_not_stop_drafting() {
-        let mut auto = AutoLength::default();
-        for _ in 0..100 {
-            auto.record_step(4, 4);
-        }
-        auto.record_draft(1.0);
-        auto.record_target(1, 0.1);
+        let mut auto = every_draft_accepted(1.0);
         assert!(auto.hopeless_draft(8));
         let resumed = (1..=100).find(|_| {
             if auto.wants_draft_timing(8) {
