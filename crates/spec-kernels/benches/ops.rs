@@ -85,14 +85,17 @@ fn ops(c: &mut Criterion) {
     group.finish();
 
     let mut group = c.benchmark_group("swiglu");
+    // One row (a decode step) and nine (a verification of K = 8), which splits over threads.
     for model in MODELS {
         let ff = reference(model).intermediate;
-        let gate_up = random(2 * ff, 4);
-        for isa in [Isa::Auto, Isa::Scalar] {
-            let id = format!("{model}/{}", isa_name(isa));
-            group.bench_function(BenchmarkId::from_parameter(id), |b| {
-                b.iter(|| swiglu_with(&gate_up, ff, isa))
-            });
+        for rows in [1, 9] {
+            let gate_up = random(rows * 2 * ff, 4);
+            for isa in [Isa::Auto, Isa::Scalar] {
+                let id = format!("{model}/{rows}/{}", isa_name(isa));
+                group.bench_function(BenchmarkId::from_parameter(id), |b| {
+                    b.iter(|| swiglu_with(&gate_up, ff, isa))
+                });
+            }
         }
     }
     group.finish();
