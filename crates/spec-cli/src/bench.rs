@@ -480,6 +480,9 @@ struct RunRecord {
     /// Plain decoding's runs: before the prompt's other methods or after them (the bracket
     /// that `--plain-once` leaves out); `None` for the other methods.
     plain_pass: Option<PlainPass>,
+    /// [`core_round_trip_ns`] just before this generation and just after it: where the
+    /// machine's threads sat while it ran.
+    core_round_trip_ns: [Option<f64>; 2],
     tokens: Vec<u32>,
 }
 
@@ -874,6 +877,7 @@ pub(crate) fn run<B: Backend>(args: &BenchArgs, device: &B::Device) -> Result<()
                         "{} · {label} · {} ({})",
                         group.target, p.question_id, p.category
                     ));
+                    let round_trip_before = core_round_trip_ns();
                     let reset = reset_peak_rss();
                     let rss_before = read_status_kib("VmRSS:");
                     let generation = generate_speculative(
@@ -887,6 +891,7 @@ pub(crate) fn run<B: Backend>(args: &BenchArgs, device: &B::Device) -> Result<()
                         format!("{label} on prompt {} ({})", p.question_id, group.target)
                     })?;
                     let peak = read_status_kib("VmHWM:");
+                    let round_trip_after = core_round_trip_ns();
                     let m = &generation.metrics;
                     let matches_plain = if plain_pass == Some(PlainPass::Before) {
                         plain_tokens = Some(generation.tokens.clone());
@@ -960,6 +965,7 @@ pub(crate) fn run<B: Backend>(args: &BenchArgs, device: &B::Device) -> Result<()
                         peak_rss_scope: if reset { "generation" } else { "process" },
                         matches_plain,
                         plain_pass,
+                        core_round_trip_ns: [round_trip_before, round_trip_after],
                         tokens: generation.tokens,
                     };
                     done += 1;
@@ -1303,6 +1309,17 @@ fn plain_drift(runs: &[RunRecord]) -> Vec<PlainDrift> {
         .collect()
 }
 
+/// The least, median and greatest of the runs' [`RunRecord::core_round_trip_ns`]; `None`
+/// where none was measured.
+fn round_trip_spread(runs: &[RunRecord]) -> Option<(f64, f64, f64)> {
+    let mut all: Vec<f64> = runs
+        .iter()
+        .flat_map(|r| r.core_round_trip_ns.iter().flatten().copied())
+        .collect();
+    all.sort_by(f64::total_cmp);
+    Some((*all.first()?, all[all.len() / 2], *all.last()?))
+}
+
 fn mean(values: impl Iterator<Item = f64>) -> f64 {
     let (sum, n) = values.fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
     if n == 0 { 0.0 } else { sum / n as f64 }
@@ -1359,6 +1376,13 @@ fn render_markdown(report: &Report, categories: &[String]) -> String {
             "- plain decoding on `{}`, before the methods / after them: {:.2} / {:.2} tok/s, \
              decode {:.2} / {:.2} tok/s (means over prompts; the baseline is both runs)",
             drift.target, drift.before.0, drift.after.0, drift.before.1, drift.after.1
+        );
+    }
+    if let Some((low, median, high)) = round_trip_spread(&report.runs) {
+        let _ = writeln!(
+            s,
+            "- two threads' core round trip before and after each run: {low:.0}-{high:.0} ns, \
+             median {median:.0} (`core_round_trip_ns` in report.json: where the threads sat)"
         );
     }
     if !report.span_tiles.is_empty() {
@@ -1634,6 +1658,54 @@ fn report_acceptance(report: &Report) -> Vec<(String, Vec<f64>)> {
 fn reset_peak_rss() -> bool {
     std::fs::write("/proc/self/clear_refs", "5").is_ok()
 }
+
+/// The mean time, in ns, for a cache line to go from this thread to a second one and back:
+/// where the operating system (and a hypervisor under it) has put two threads of this
+/// process. On the 2-vCPU Zen 5 VM of the thirty-ninth session it was 70-125 ns or 370-520 ns
+/// as the vCPUs moved, and the second placement is the one in which two threads stream
+/// memory about half again as fast (docs/benchmarks.md), so each run records it. Spins for
+/// at most [`ROUND_TRIP_PROBE`]; `None` when fewer than 100 round trips were made in that time
+/// (the two threads did not run at once) or no thread could be started.
+fn core_round_trip_ns() -> Option<f64> {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    const TRIPS: u64 = 20_000;
+    // Let the kernels' helper threads, which spin 2 ms after a job, go idle first.
+    std::thread::sleep(std::time::Duration::from_millis(3));
+    let flag = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let echo = std::thread::Builder::new().spawn_scoped(scope, || {
+            for i in 0..TRIPS {
+                while flag.load(Ordering::Acquire) != 2 * i + 1 {
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                }
+                flag.store(2 * i + 2, Ordering::Release);
+            }
+        });
+        if echo.is_err() {
+            return None;
+        }
+        let start = Instant::now();
+        let mut trips = 0;
+        'trips: while trips < TRIPS {
+            flag.store(2 * trips + 1, Ordering::Release);
+            while flag.load(Ordering::Acquire) != 2 * trips + 2 {
+                if start.elapsed() > ROUND_TRIP_PROBE {
+                    break 'trips;
+                }
+            }
+            trips += 1;
+        }
+        let seconds = start.elapsed().as_secs_f64();
+        stop.store(true, Ordering::Relaxed);
+        (trips >= 100).then(|| seconds * 1e9 / trips as f64)
+    })
+}
+
+/// The longest [`core_round_trip_ns`] spins: 20,000 round trips took 2-10 ms on that VM.
+const ROUND_TRIP_PROBE: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// A `kB` field of `/proc/self/status`, in KiB.
 fn read_status_kib(field: &str) -> Option<u64> {
@@ -1954,6 +2026,7 @@ mod tests {
             peak_rss_scope: "generation",
             matches_plain: (method != "plain").then_some(category != "b"),
             plain_pass: (method == "plain").then_some(PlainPass::Before),
+            core_round_trip_ns: [None, None],
             tokens: vec![],
         }
     }
@@ -1990,6 +2063,28 @@ mod tests {
         assert!((plain.speedup.unwrap() - 1.0).abs() < 1e-9);
         assert_eq!(plain.tau, Some(1.0));
         assert_eq!(plain.alpha, None);
+    }
+
+    #[test]
+    fn round_trips_spread_over_every_measured_one() {
+        let mut runs = vec![record("plain", "a", 10.0, &[], &[]); 3];
+        assert_eq!(round_trip_spread(&runs), None);
+        runs[0].core_round_trip_ns = [Some(400.0), Some(80.0)];
+        runs[2].core_round_trip_ns = [None, Some(90.0)];
+        assert_eq!(round_trip_spread(&runs), Some((80.0, 90.0, 400.0)));
+    }
+
+    #[test]
+    fn the_round_trip_probe_measures_where_two_threads_can_run() {
+        if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+            return;
+        }
+        // Other tests' threads may hold the cores for one probe: one in five must get through.
+        let probes: Vec<Option<f64>> = (0..5).map(|_| core_round_trip_ns()).collect();
+        assert!(
+            probes.iter().flatten().any(|&ns| ns > 1.0 && ns < 1e6),
+            "{probes:?}"
+        );
     }
 
     #[test]
