@@ -1661,8 +1661,8 @@ fn reset_peak_rss() -> bool {
 
 /// The mean time, in ns, for a cache line to go from this thread to a second one and back:
 /// where the operating system (and a hypervisor under it) has put two threads of this
-/// process. On the 2-vCPU Zen 5 VM of the thirty-ninth session it was 70-125 ns or 370-520 ns
-/// as the vCPUs moved, and the second placement is the one in which two threads stream
+/// process. In the thirty-ninth session's runs on a 2-vCPU Zen 5 VM it was 48-71 ns in one
+/// placement of the vCPUs and 350-391 ns in the other, the one in which two threads stream
 /// memory about half again as fast (docs/benchmarks.md), so each run records it. Spins for
 /// at most [`ROUND_TRIP_PROBE`]; `None` when fewer than 100 round trips were made in that time
 /// (the two threads did not run at once) or no thread could be started.
@@ -1704,7 +1704,7 @@ fn core_round_trip_ns() -> Option<f64> {
     })
 }
 
-/// The longest [`core_round_trip_ns`] spins: 20,000 round trips took 2-10 ms on that VM.
+/// The longest [`core_round_trip_ns`] spins: 20,000 round trips took 1-8 ms on that VM.
 const ROUND_TRIP_PROBE: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// A `kB` field of `/proc/self/status`, in KiB.
