@@ -331,8 +331,13 @@ pub fn average_time(old: Option<f64>, new: f64, weight: f64) -> Option<f64> {
 ///
 /// `r` is modelled as `1 + s·(w − 1)`: the slope `s` pools every measured width (each width's
 /// `(r(w) − 1)/(w − 1)`, weighted by `w − 1`), so one noisy average cannot lock a width out, and
-/// the model stays monotone. Until width 1 and a wider step have both been measured, `s` is
-/// [`WidthCosts::PRIOR_SLOPE`].
+/// the model stays monotone. Before a one-token step has been measured, `t(1)` and `s` come
+/// from the line fitted through the measured widths' averages, once they are
+/// [`WidthCosts::FIT_SPAN`] or more apart ([`WidthCosts::fitted_line`]); until then `s` is
+/// [`WidthCosts::PRIOR_SLOPE`]. A drafter that always drafts makes no one-token step for
+/// [`WidthCosts::REFRESH`] steps, which a short generation never reaches: with the prior alone
+/// such a run priced every step by a slope measured on another machine (the 1.5B target on a
+/// Zen 5: 0.1 against about 0.03, `t(1)` 25% low).
 ///
 /// A drafter that stops making one-token steps would compare new wide steps with a stale
 /// one-token time (the machine's speed drifts), and a one-token time measured on a slow moment
@@ -367,6 +372,9 @@ impl WidthCosts {
     const MAX_WIDTH: usize = 64;
     /// Steps after which [`WidthCosts::wants_one_token_step`] asks for a one-token step.
     pub const REFRESH: usize = 32;
+    /// How far apart (in tokens) the narrowest and the widest measured width must lie for
+    /// [`WidthCosts::fitted_line`]: nearer widths leave the slope to the steps' noise.
+    pub const FIT_SPAN: usize = 2;
 
     /// Records one step of `width ≥ 1` tokens that took `seconds`.
     pub fn record(&mut self, width: usize, seconds: f64) {
@@ -401,7 +409,9 @@ impl WidthCosts {
     /// The slope `s` of `r(w) = 1 + s·(w − 1)`.
     pub fn slope(&self) -> f64 {
         let Some(one) = self.seconds(1) else {
-            return Self::PRIOR_SLOPE;
+            return self
+                .fitted_line()
+                .map_or(Self::PRIOR_SLOPE, |(_, slope)| slope);
         };
         let (mut sum, mut weight) = (0.0, 0.0);
         for (i, t) in self.seconds.iter().enumerate().skip(1) {
@@ -423,13 +433,48 @@ impl WidthCosts {
         1.0 + self.slope() * width.saturating_sub(1) as f64
     }
 
-    /// The time of a one-token step: measured, or until then the narrowest measured width's
-    /// time divided by its `r(w)` (a drafter that always drafts sees only wide steps at first).
+    /// The time of a one-token step: measured, or until then the fitted line's
+    /// ([`WidthCosts::fitted_line`]), or else the narrowest measured width's time divided by its
+    /// `r(w)` (a drafter that always drafts sees only wide steps at first).
     pub fn one_token_seconds(&self) -> Option<f64> {
+        if self.seconds(1).is_none()
+            && let Some((one, _)) = self.fitted_line()
+        {
+            return Some(one);
+        }
         self.seconds
             .iter()
             .enumerate()
             .find_map(|(i, t)| t.map(|t| t / self.relative(i + 1)))
+    }
+
+    /// `(t(1), s)` of the least-squares line `t(w) = t(1)·(1 + s·(w − 1))` through the measured
+    /// widths' averages, each width one point; `None` with fewer than two widths, with widths
+    /// less than [`WidthCosts::FIT_SPAN`] apart, or where the line does not meet width 1 at a
+    /// positive time (a steep line through noisy points). A falling line (a wide step measured
+    /// faster than a narrower one, as a GPU can be) is taken as flat, through the mean time.
+    pub fn fitted_line(&self) -> Option<(f64, f64)> {
+        let points: Vec<(f64, f64)> = self
+            .seconds
+            .iter()
+            .enumerate()
+            .filter_map(|(i, t)| t.map(|t| ((i + 1) as f64, t)))
+            .collect();
+        let (first, last) = (points.first()?.0, points.last()?.0);
+        if points.len() < 2 || last - first < Self::FIT_SPAN as f64 {
+            return None;
+        }
+        let n = points.len() as f64;
+        let mean_width = points.iter().map(|p| p.0).sum::<f64>() / n;
+        let mean_time = points.iter().map(|p| p.1).sum::<f64>() / n;
+        let (mut spread, mut covariance) = (0.0, 0.0);
+        for &(w, t) in &points {
+            spread += (w - mean_width) * (w - mean_width);
+            covariance += (w - mean_width) * (t - mean_time);
+        }
+        let per_token = (covariance / spread).max(0.0);
+        let one = mean_time - per_token * (mean_width - 1.0);
+        (one.is_finite() && one > 0.0).then_some((one, per_token / one))
     }
 }
 
@@ -668,6 +713,51 @@ mod tests {
         odd.record(3, f64::NAN);
         odd.record(3, -1.0);
         assert_eq!(odd.seconds(3), None);
+    }
+
+    #[test]
+    fn width_costs_fit_a_line_until_a_one_token_step_is_measured() {
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        // t(w) = 130 ms · (1 + 0.03 (w − 1)); each width's first step is not averaged.
+        let time = |w: usize| 0.13 * (1.0 + 0.03 * (w - 1) as f64);
+        let mut costs = WidthCosts::default();
+        for w in [4, 4, 5, 5] {
+            costs.record(w, time(w));
+        }
+        // Widths 4 and 5, less than FIT_SPAN apart: the prior through the narrowest.
+        assert_eq!(costs.fitted_line(), None);
+        assert_eq!(costs.slope(), WidthCosts::PRIOR_SLOPE);
+        let prior_one = time(4) / (1.0 + 3.0 * WidthCosts::PRIOR_SLOPE);
+        assert!(close(costs.one_token_seconds().unwrap_or(0.0), prior_one));
+        // Widths 4, 5 and 7: the line, without a one-token step.
+        costs.record(7, time(7));
+        costs.record(7, time(7));
+        let (one, slope) = costs.fitted_line().unwrap_or_default();
+        assert!(close(one, 0.13) && close(slope, 0.03), "{one} {slope}");
+        assert!(close(costs.slope(), 0.03));
+        assert!(close(costs.one_token_seconds().unwrap_or(0.0), 0.13));
+        assert!(close(costs.relative(9), 1.24));
+        // A measured one-token step is the unit again (r(4) = 0.1339 / 0.12: s = 0.0383...).
+        costs.record(1, 0.12);
+        assert_eq!(costs.one_token_seconds(), Some(0.12));
+        let pooled = (time(4) / 0.12 - 1.0 + time(5) / 0.12 - 1.0 + time(7) / 0.12 - 1.0) / 13.0;
+        assert!(close(costs.slope(), pooled), "{}", costs.slope());
+
+        // A wide step faster than a narrower one: flat, through the mean.
+        let mut falling = WidthCosts::default();
+        for (w, t) in [(3, 0.02), (3, 0.02), (6, 0.01), (6, 0.01)] {
+            falling.record(w, t);
+        }
+        assert_eq!(falling.fitted_line(), Some((0.015, 0.0)));
+        assert_eq!(falling.slope(), 0.0);
+        // A line too steep to meet width 1 above zero: the prior.
+        let mut steep = WidthCosts::default();
+        for (w, t) in [(3, 0.01), (3, 0.01), (5, 0.1), (5, 0.1)] {
+            steep.record(w, t);
+        }
+        assert_eq!(steep.fitted_line(), None);
+        assert_eq!(steep.slope(), WidthCosts::PRIOR_SLOPE);
+        assert!(close(steep.one_token_seconds().unwrap_or(0.0), 0.01 / 1.2));
     }
 
     #[test]

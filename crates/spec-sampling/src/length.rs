@@ -93,7 +93,9 @@ impl DraftLength {
 /// Q8_0 1.5B target measured 1.64× a one-token step at `K` 3, 4.2× at `K` 7), and without `r` the
 /// policy picked `K` 7 where `K` 2 or 3 was faster. A one-token step is asked for every
 /// [`WidthCosts::REFRESH`] steps (`choose` returns 0: a plain step), since a draft-model step is
-/// never that narrow otherwise and `t(1)` is the unit of every ratio.
+/// never that narrow otherwise and `t(1)` is the unit of every ratio. Until then (a generation
+/// of a few dozen steps never gets there) `t(1)` and the slope are read off the line through
+/// the widths measured so far ([`WidthCosts::fitted_line`]), which `auto`'s varying `K` spreads.
 ///
 /// `K` 0 is a candidate too: a plain step yields one token for one step (`E[τ] = 1`, cost
 /// `r(1) = 1`), so where every `K ≥ 1` is expected to yield less per unit of time (a draft
@@ -587,6 +589,34 @@ mod tests {
         let steep = choose(0.42);
         assert!((4..=5).contains(&flat), "flat widths chose {flat}");
         assert!(steep <= 2, "steep widths chose {steep}");
+    }
+
+    /// A generation shorter than [`WidthCosts::REFRESH`] steps measures no one-token step. Its
+    /// widths' own line prices the steps: the 1.5B target on a Zen 5 (`t(1)` 130 ms, 0.03 more
+    /// a token) with the 0.5B draft (13.4 ms a token). The prior slope through the narrowest
+    /// width (0.1 a token, `t(1)` 25% low) drafted one token shorter than the best length.
+    #[test]
+    fn a_short_run_prices_its_steps_by_its_own_widths() {
+        let time = |w: usize| 0.13 * (1.0 + 0.03 * (w - 1) as f64);
+        let mut auto = AutoLength::default();
+        for _ in 0..100 {
+            auto.record_step(8, 7);
+        }
+        auto.record_draft(0.0134);
+        for w in [4, 4, 7, 7] {
+            auto.record_target(w, time(w));
+        }
+        let alpha = auto.alpha();
+        let best = best_length_by(alpha, 0, 8, |k| {
+            k as f64 * 0.0134 / 0.13 + time(k + 1) / 0.13
+        });
+        let one_by_prior = time(4) / (1.0 + 3.0 * WidthCosts::PRIOR_SLOPE);
+        let by_prior = best_length_by(alpha, 0, 8, |k| {
+            k as f64 * 0.0134 / one_by_prior + 1.0 + WidthCosts::PRIOR_SLOPE * k as f64
+        });
+        assert!(by_prior < best, "{by_prior} {best}");
+        assert_eq!(auto.choose(8, 0), best, "α {alpha}");
+        assert!((auto.target_step_seconds().unwrap_or(0.0) - 0.13).abs() < 1e-9);
     }
 
     /// A draft-model step always scores two or more tokens, so the policy asks for a plain step
