@@ -337,7 +337,7 @@ pub fn average_time(old: Option<f64>, new: f64, weight: f64) -> Option<f64> {
 /// [`WidthCosts::PRIOR_SLOPE`]. A drafter that always drafts makes no one-token step for
 /// [`WidthCosts::REFRESH`] steps, which a short generation never reaches: with the prior alone
 /// such a run priced every step by a slope measured on another machine (the 1.5B target on a
-/// Zen 5: 0.1 against about 0.03, `t(1)` 25% low).
+/// Zen 5: 0.1 against about 0.03, `t(1)` 25-35% low).
 ///
 /// A drafter that stops making one-token steps would compare new wide steps with a stale
 /// one-token time (the machine's speed drifts), and a one-token time measured on a slow moment
