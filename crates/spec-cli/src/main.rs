@@ -619,7 +619,11 @@ fn load_tokenizer(path: &Path) -> Result<TextTokenizer> {
         Ok(TextTokenizer::from_tokenizer_json(&json)
             .with_context(|| format!("loading {}", json.display()))?)
     } else {
-        Ok(TextTokenizer::from_gguf_path(path)
+        // Opened here first so that a damaged file (a truncated download) is reported as the
+        // file's fault, not the tokenizer's.
+        let file = spec_gguf::GgufFile::open(path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        Ok(TextTokenizer::from_gguf(&file)
             .with_context(|| format!("loading the tokenizer of {}", path.display()))?)
     }
 }
