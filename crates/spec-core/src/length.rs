@@ -75,13 +75,25 @@ pub fn best_length_by(
     k_max: usize,
     cost: impl Fn(usize) -> f64,
 ) -> usize {
+    best_length_for(|k| expected_tokens(alpha, k), k_min, k_max, cost)
+}
+
+/// [`best_length_by`] with the expected tokens of a step with `K` drafts given by `expected`
+/// (e.g. [`AcceptanceRate::expected_tokens`], which averages over what the counts leave
+/// uncertain about `α`).
+pub fn best_length_for(
+    expected: impl Fn(usize) -> f64,
+    k_min: usize,
+    k_max: usize,
+    cost: impl Fn(usize) -> f64,
+) -> usize {
     let mut best = (k_min, f64::NEG_INFINITY);
     for k in k_min..=k_max.max(k_min) {
         let cost = cost(k);
         if !(cost.is_finite() && cost > 0.0) {
             continue;
         }
-        let speed = expected_tokens(alpha, k) / cost;
+        let speed = expected(k) / cost;
         if speed > best.1 + 1e-12 {
             best = (k, speed);
         }
@@ -179,6 +191,31 @@ impl AcceptanceRate {
     /// The smoothed acceptance rate.
     pub fn alpha(&self) -> f64 {
         (self.accepted + self.prior.0) / (self.trials + self.prior.1)
+    }
+
+    /// The expected tokens of a step with `k` drafts, averaged over what the counts leave
+    /// uncertain about `α`: the counts (prior included) as a Beta(`s`, `f`) belief about `α`,
+    /// `s` successes and `f` failures, under which `E[α^i] = Π_{j<i} (s + j) / (s + f + j)`, so
+    /// `E[τ] = Σ_{i=0..k} E[α^i]`.
+    ///
+    /// `E[τ](α, k)` is convex in `α`, so [`expected_tokens`] at the mean `α` understates this
+    /// (Jensen's inequality), the more so the fewer the trials: after one step with 4 of 4
+    /// accepted (`α` = 5/6 with the prior), 8 drafts are expected to yield 5.48 tokens, not
+    /// 4.84. A policy choosing `K` from `α` alone drafts short while the rate is still unsure;
+    /// with many trials the two agree.
+    pub fn expected_tokens(&self, k: usize) -> f64 {
+        let successes = (self.accepted + self.prior.0).max(0.0);
+        let trials = (self.trials + self.prior.1).max(successes);
+        if trials <= 0.0 {
+            return expected_tokens(0.5, k);
+        }
+        let mut moment = 1.0;
+        let mut total = 1.0;
+        for j in 0..k {
+            moment *= (successes + j as f64) / (trials + j as f64);
+            total += moment;
+        }
+        total
     }
 }
 
@@ -616,6 +653,73 @@ mod tests {
         let before = rate.alpha();
         rate.record_chain(0, 0);
         assert_eq!(rate.alpha(), before);
+    }
+
+    /// `E[τ]` averaged over the Beta belief the counts give: exact after one chain, the Beta
+    /// density integrated numerically for decayed (non-integer) counts, above `E[τ]` at the
+    /// mean `α`, and equal to it once the counts leave no doubt.
+    #[test]
+    fn expected_tokens_average_over_what_the_counts_leave_unsure() {
+        // One chain of 4 accepted with the prior of 1 in 2: Beta(5, 1), E[α^i] = 5 / (5 + i).
+        let mut rate = AcceptanceRate::default();
+        rate.record_chain(4, 4);
+        let exact: f64 = (0..=8).map(|i| 5.0 / (5.0 + i as f64)).sum();
+        assert!((rate.expected_tokens(8) - exact).abs() < 1e-12);
+        assert!((exact - 5.484).abs() < 1e-3);
+        assert!((expected_tokens(rate.alpha(), 8) - 4.837).abs() < 1e-3);
+
+        let mut rate = AcceptanceRate::default();
+        for (drafted, accepted) in [(4, 2), (6, 6), (3, 0), (8, 7), (5, 5)] {
+            rate.record_chain(drafted, accepted);
+        }
+        let successes = rate.accepted + rate.prior.0;
+        let failures = rate.trials + rate.prior.1 - successes;
+        assert!(successes.fract() != 0.0 && failures > 1.0);
+        // Midpoint rule over the unnormalized Beta(successes, failures) density.
+        let points = 200_000;
+        let moments = |i: i32| {
+            let (mut weight, mut moment) = (0.0, 0.0);
+            for j in 0..points {
+                let a = (j as f64 + 0.5) / points as f64;
+                let density = a.powf(successes - 1.0) * (1.0 - a).powf(failures - 1.0);
+                weight += density;
+                moment += density * a.powi(i);
+            }
+            moment / weight
+        };
+        for k in [1, 3, 8] {
+            let integrated: f64 = (0..=k).map(|i| moments(i as i32)).sum();
+            let closed = rate.expected_tokens(k);
+            assert!(
+                (closed - integrated).abs() < 1e-6,
+                "{k}: {closed} {integrated}"
+            );
+            // One draft's expectation is the mean rate's; beyond, Jensen's gap.
+            let at_mean = expected_tokens(rate.alpha(), k);
+            if k == 1 {
+                assert!((closed - at_mean).abs() < 1e-12);
+            } else {
+                assert!(closed > at_mean + 1e-3, "{k}: {closed} {at_mean}");
+            }
+        }
+        assert_eq!(rate.expected_tokens(0), 1.0);
+
+        // Many undecayed trials: the belief narrows to α, and so does the average.
+        let mut sure = AcceptanceRate::with_decay(1.0);
+        for _ in 0..5000 {
+            sure.record_chain(8, 7);
+        }
+        let gap = sure.expected_tokens(8) - expected_tokens(sure.alpha(), 8);
+        assert!((0.0..0.005).contains(&gap), "{gap}");
+        // A prior of certainty: every draft expected to be accepted.
+        assert_eq!(
+            AcceptanceRate::with_prior(0.9, 1.0, 2.0).expected_tokens(5),
+            6.0
+        );
+        assert_eq!(
+            AcceptanceRate::with_prior(0.9, 0.0, 2.0).expected_tokens(5),
+            1.0
+        );
     }
 
     #[test]
