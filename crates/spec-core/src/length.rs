@@ -15,7 +15,9 @@
 //! draft length is the `K` that maximizes `E[τ] / cost(K)` ([`best_length_by`]).
 //!
 //! The estimates come from the run itself: [`AcceptanceRate`] counts accepted and tested drafts
-//! with decay; [`WidthCosts`] averages step times by width.
+//! with decay (and [`AcceptanceRate::expected_tokens`] averages `E[τ]` over what its counts leave
+//! unsure about `α`, which a few steps' counts leave wide); [`WidthCosts`] averages step times by
+//! width.
 
 /// Expected tokens a step yields with `k` drafts when each is accepted independently with
 /// probability `alpha`: `E[τ] = Σ_{i=0..k} α^i = (1 − α^{k+1}) / (1 − α)` (the sum form also holds
