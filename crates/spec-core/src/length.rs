@@ -206,11 +206,10 @@ impl AcceptanceRate {
     /// 4.84. A policy choosing `K` from `α` alone drafts short while the rate is still unsure;
     /// with many trials the two agree.
     pub fn expected_tokens(&self, k: usize) -> f64 {
-        let successes = (self.accepted + self.prior.0).max(0.0);
-        let trials = (self.trials + self.prior.1).max(successes);
-        if trials <= 0.0 {
-            return expected_tokens(0.5, k);
-        }
+        // The prior holds at least 0.1 trials and counts only add trials, so no term divides
+        // by zero.
+        let successes = self.accepted + self.prior.0;
+        let trials = self.trials + self.prior.1;
         let mut moment = 1.0;
         let mut total = 1.0;
         for j in 0..k {
