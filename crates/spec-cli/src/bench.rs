@@ -10,7 +10,7 @@
 //! - tok/s = the mean over prompts of `new tokens ÷ wall seconds` (prefill included);
 //! - speedup = that mean ÷ the same mean of plain decoding on the same target, prompts and run.
 //!
-//! Methods with a draft model (`sampling`, fixed K or `k=auto`) are also set against the analytic
+//! Methods with a draft model (`sampling`, fixed K, `threshold=` or `k=auto`) are also set against the analytic
 //! speedup of Leviathan et al. (2023, Theorem 3.8), `E[τ] / (K·c + 1)` with
 //! `E[τ] = (1 − α^{K+1}) / (1 − α)` ([`DraftBound`]), over the steps taken: each step's `E[τ]` at
 //! the K it drafted (`auto` varies K; a fixed K's last step drafts only the tokens left), their
@@ -102,9 +102,11 @@ pub(crate) struct BenchArgs {
     /// methods without a draft model, Qwen2.5-Coder 1.5B with the 0.5B draft for `sampling`.
     #[arg(long, value_name = "TARGET[,DRAFT]")]
     models: Option<String>,
-    /// Comma-separated method specs, `NAME[:KEY=VALUE]...`, keys k, draft, target, ngram-max,
-    /// ngram-min, bigram, history (prompt lookup's cross-request cache: on, off or tokens); e.g.
-    /// `plain,prompt-lookup,sampling:k=auto,bigram:k=3`. Plain decoding always runs as the
+    /// Comma-separated method specs, `NAME[:KEY=VALUE]...`, keys k, threshold (`sampling`: end a
+    /// chain of up to k drafts once the draft's top probability falls below it), draft,
+    /// draft-weights, target, ngram-max, ngram-min, bigram, history (prompt lookup's
+    /// cross-request cache: on, off or tokens); e.g.
+    /// `plain,prompt-lookup,sampling:k=auto,sampling:k=8:threshold=0.5,bigram:k=3`. Plain decoding always runs as the
     /// baseline. Default: plain,prompt-lookup,bigram,sampling (those this build
     /// lacks, or bigram without `--bigram`, are skipped with a note).
     #[arg(long)]
@@ -327,15 +329,14 @@ fn uses_draft_model(method: &str) -> bool {
 }
 
 /// The fixed draft length K of a draft-model method (default [`DraftLength::default`]); `None`
-/// for other lengths (`k=auto`) and methods without a draft model.
+/// for other lengths (`k=auto`, a `threshold=`) and methods without a draft model.
 fn fixed_draft_length(method: &BenchMethod) -> Option<usize> {
     if !uses_draft_model(&method.spec.method) {
         return None;
     }
-    let length = match method.spec.k.as_deref() {
-        None => DraftLength::default(),
-        Some(k) => DraftLength::parse(k).ok()?,
-    };
+    let length =
+        DraftLength::parse_with_threshold(method.spec.k.as_deref(), method.spec.draft_threshold)
+            .ok()?;
     match length {
         DraftLength::Fixed(k) => Some(k),
         DraftLength::Confident { .. } | DraftLength::Auto { .. } => None,
@@ -2354,6 +2355,7 @@ mod tests {
         assert_eq!(k("sampling:k=3"), Some(3));
         assert_eq!(k("sampling"), Some(spec_sampling::DEFAULT_K));
         assert_eq!(k("sampling:k=auto"), None);
+        assert_eq!(k("sampling:k=8:threshold=0.5"), None);
         assert_eq!(k("prompt-lookup:k=5"), None);
     }
 

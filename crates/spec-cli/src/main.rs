@@ -107,6 +107,11 @@ struct GenerateArgs {
     /// Draft length: a number, or `auto` where the method supports it.
     #[arg(long)]
     k: Option<String>,
+    /// `--method sampling`: after the first draft of a step, stop drafting once the draft
+    /// model's top probability falls below this (in (0, 1)); `--k` is then the longest chain
+    /// (default 8).
+    #[arg(long)]
+    draft_threshold: Option<f64>,
     /// Longest n-gram prompt lookup matches.
     #[arg(long)]
     ngram_max: Option<usize>,
@@ -123,6 +128,7 @@ impl GenerateArgs {
         methods::MethodSpec {
             method: self.method.clone(),
             k: self.k.clone(),
+            draft_threshold: self.draft_threshold,
             draft_model: self.draft_model.clone(),
             draft_weights: self.draft_weights,
             ngram_max: self.ngram_max,
@@ -142,6 +148,12 @@ fn make_drafter<B: Backend>(
     _device: &B::Device,
     drafts: &mut DraftModels<B>,
 ) -> Result<Box<dyn Drafter<B>>> {
+    if args.draft_threshold.is_some() && args.method != "sampling" {
+        bail!(
+            "--draft-threshold is a draft length policy of --method sampling, not of `{}`",
+            args.method
+        );
+    }
     match args.method.as_str() {
         "plain" => Ok(Box::new(NoDraft)),
         "prompt-lookup" => {
@@ -219,10 +231,8 @@ fn sampling_drafter<B: Backend>(
             "--method sampling needs --draft-model (a path or reference name, e.g. qwen2.5-coder-0.5b)"
         );
     };
-    let length = match args.k.as_deref() {
-        None => spec_sampling::DraftLength::default(),
-        Some(k) => spec_sampling::DraftLength::parse(k)?,
-    };
+    let length =
+        spec_sampling::DraftLength::parse_with_threshold(args.k.as_deref(), args.draft_threshold)?;
     let path = spec_models::resolve(name)?;
     let format = args.draft_weights.unwrap_or(DEFAULT_DRAFT_WEIGHTS);
     let key = (path.clone(), format);

@@ -7,14 +7,17 @@ use anyhow::{Result, bail};
 use spec_runtime::model::WeightFormat;
 
 /// What [`crate::make_drafter`] reads to build a method's drafter. The field names match the
-/// `spec generate` flags (`--method`, `--k`, `--draft-model`, `--draft-weights`, `--ngram-max`,
-/// `--ngram-min`, `--bigram`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// `spec generate` flags (`--method`, `--k`, `--draft-threshold`, `--draft-model`,
+/// `--draft-weights`, `--ngram-max`, `--ngram-min`, `--bigram`).
+#[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct MethodSpec {
     /// The method's name: `plain`, `prompt-lookup`, `sampling`, `bigram`, ….
     pub(crate) method: String,
     /// Draft length: a number, or `auto` where the method supports it.
     pub(crate) k: Option<String>,
+    /// `sampling`: stop a chain once the draft's top probability falls below this
+    /// (`threshold=`; `spec_sampling::DraftLength::Confident`).
+    pub(crate) draft_threshold: Option<f64>,
     /// The draft model (path or reference name) of methods that use one.
     pub(crate) draft_model: Option<String>,
     /// How the draft model's projections are stored for its decode steps (`draft-weights=`).
@@ -30,7 +33,7 @@ pub(crate) struct MethodSpec {
 
 /// A method as `spec bench` takes it: the drafter settings plus, optionally, the target model
 /// it runs on (`target=`), and the label it is reported under (the spec as written).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) struct BenchMethod {
     pub(crate) label: String,
     pub(crate) spec: MethodSpec,
@@ -38,8 +41,8 @@ pub(crate) struct BenchMethod {
 }
 
 impl BenchMethod {
-    /// Parses `NAME[:KEY=VALUE]...`; keys: `k`, `draft`, `draft-weights`, `target`,
-    /// `ngram-max`, `ngram-min`, `bigram`, `history`.
+    /// Parses `NAME[:KEY=VALUE]...`; keys: `k`, `threshold`, `draft`, `draft-weights`,
+    /// `target`, `ngram-max`, `ngram-min`, `bigram`, `history`.
     pub(crate) fn parse(text: &str) -> Result<Self> {
         let text = text.trim();
         let mut parts = text.split(':');
@@ -72,6 +75,11 @@ impl BenchMethod {
                     }
                     spec.k = Some(value.to_owned());
                 }
+                "threshold" | "draft-threshold" => {
+                    spec.draft_threshold = Some(value.parse().map_err(|_| {
+                        anyhow::anyhow!("`{text}`: threshold must be a number, got `{value}`")
+                    })?)
+                }
                 "draft" | "draft-model" => spec.draft_model = Some(value.to_owned()),
                 "draft-weights" => {
                     spec.draft_weights = Some(
@@ -92,8 +100,8 @@ impl BenchMethod {
                     })
                 }
                 other => bail!(
-                    "`{text}`: unknown key `{other}` (known: k, draft, draft-weights, target, \
-                     ngram-max, ngram-min, bigram, history)"
+                    "`{text}`: unknown key `{other}` (known: k, threshold, draft, draft-weights, \
+                     target, ngram-max, ngram-min, bigram, history)"
                 ),
             }
         }
@@ -147,6 +155,10 @@ mod tests {
         assert_eq!(m.spec.ngram_min, Some(2));
         assert_eq!(m.spec.k.as_deref(), Some("8"));
 
+        let m = BenchMethod::parse("sampling:k=6:threshold=0.4").unwrap();
+        assert_eq!(m.spec.k.as_deref(), Some("6"));
+        assert_eq!(m.spec.draft_threshold, Some(0.4));
+
         let m = BenchMethod::parse("sampling:k=4:draft-weights=q8_0").unwrap();
         assert_eq!(m.spec.draft_weights, Some(WeightFormat::Q8_0));
         assert_eq!(
@@ -188,6 +200,7 @@ mod tests {
             "x:k=",
             "prompt-lookup:history=maybe",
             "sampling:draft-weights=q3",
+            "sampling:threshold=high",
         ] {
             assert!(BenchMethod::parse(bad).is_err(), "{bad:?} should fail");
         }

@@ -263,6 +263,15 @@ impl AcceptanceByConfidence {
         self.rates[i].record_trial(accepted);
     }
 
+    /// Records a chain's tested drafts, made with `confidences` in order, of which the first
+    /// `accepted` were accepted: those and the first rejected one (drafts after a rejection were
+    /// never tested).
+    pub fn record_chain(&mut self, confidences: &[f64], accepted: usize) {
+        for (i, &confidence) in confidences.iter().enumerate().take(accepted + 1) {
+            self.record(confidence, i < accepted);
+        }
+    }
+
     /// The per-bucket rates, lowest confidence first.
     pub fn rates(&self) -> &[AcceptanceRate] {
         &self.rates
@@ -754,6 +763,18 @@ mod tests {
         assert!(by.alpha(0.1) > 0.9, "{}", by.alpha(0.1));
         assert!((by.alpha(0.4) - 0.375).abs() < 1e-12);
         assert_eq!(by.rates().len(), 4);
+
+        // A chain of three drafts, the second rejected: the third was never tested.
+        let mut chain = AcceptanceByConfidence::new(4, 0.95);
+        chain.record_chain(&[0.1, 0.4, 0.9], 1);
+        let mut expected = AcceptanceByConfidence::new(4, 0.95);
+        expected.record(0.1, true);
+        expected.record(0.4, false);
+        for at in [0.1, 0.4, 0.9] {
+            assert!((chain.alpha(at) - expected.alpha(at)).abs() < 1e-12, "{at}");
+        }
+        assert!(chain.alpha(0.1) > 0.125 && chain.alpha(0.4) < 0.375);
+        assert!((chain.alpha(0.9) - 0.875).abs() < 1e-12);
     }
 
     #[test]

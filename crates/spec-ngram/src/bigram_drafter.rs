@@ -320,10 +320,7 @@ impl<B: Backend> Drafter<B> for BigramDrafter<B> {
         self.costs
             .record(drafted + 1, step.returned.elapsed().as_secs_f64());
         let accepted = verdict.accepted.len().min(drafted);
-        // Drafts are tested in order up to the first rejection; later ones were never tested.
-        for (i, &confidence) in step.confidences.iter().enumerate().take(accepted + 1) {
-            self.acceptance.record(confidence, i < accepted);
-        }
+        self.acceptance.record_chain(&step.confidences, accepted);
         if accepted == drafted
             && let (Some((token, confidence)), Some(&produced)) =
                 (step.shadow, context.get(step.context_len + drafted))

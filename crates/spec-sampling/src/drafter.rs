@@ -5,6 +5,7 @@ use std::time::Instant;
 use burn::tensor::activation::softmax;
 use burn::tensor::{Tensor, backend::Backend};
 use spec_core::error::Source;
+use spec_core::length::ChainOutlook;
 use spec_core::rng::SpecRng;
 use spec_core::sampling::{SamplingConfig, probabilities, sample_probabilities};
 use spec_core::tree::TokenTree;
@@ -36,6 +37,20 @@ pub struct Estimates {
     pub verify_slope: f64,
     /// The draft length of the last step.
     pub last_length: usize,
+    /// Chains `auto` ended before a draft its row's confidence said would not pay.
+    pub chains_stopped: u64,
+}
+
+/// A step's chain as `auto` drafted it, kept until its verdict to learn from.
+#[derive(Debug)]
+struct ChainRecord {
+    /// The confidence (the draft model's top probability) of each proposed draft's row.
+    confidences: Vec<f64>,
+    /// The draft the chain stopped before, with its row's confidence: when every proposed
+    /// draft is accepted, comparing it with the step's next token is a free trial.
+    shadow: Option<(u32, f64)>,
+    /// The context's length when drafting: the step's first output lands there.
+    context_len: usize,
 }
 
 /// Drafts a chain with a small model of the target's vocabulary, sampling each token from the
@@ -60,6 +75,9 @@ pub struct DraftModelDrafter<B: Backend> {
     /// When `draft` last returned with drafts, to time the target step.
     draft_returned: Option<Instant>,
     last_length: usize,
+    chains_stopped: u64,
+    /// `auto`'s chain in flight (see [`ChainRecord`]).
+    chain: Option<ChainRecord>,
     /// Set by [`DraftModelDrafter::with_cache_capacity`]: `begin` keeps the cache as it is.
     fixed_capacity: bool,
 }
@@ -129,6 +147,8 @@ impl<B: Backend> DraftModelDrafter<B> {
             auto: AutoLength::default(),
             draft_returned: None,
             last_length: 0,
+            chains_stopped: 0,
+            chain: None,
             fixed_capacity: false,
         })
     }
@@ -137,6 +157,14 @@ impl<B: Backend> DraftModelDrafter<B> {
     /// draft is timed (see [`AutoLength::with_cost_prior`]); [`weight_cost_prior`] gives one.
     pub fn with_cost_prior(mut self, c: f64) -> Self {
         self.auto = self.auto.with_cost_prior(c);
+        self
+    }
+
+    /// Prices `auto`'s steps by the given costs instead of measured ones (see
+    /// [`AutoLength::with_fixed_costs`]): a draft token `c` target steps, a verification of `w`
+    /// tokens `1 + s·(w − 1)`.
+    pub fn with_fixed_costs(mut self, c: f64, s: f64) -> Self {
+        self.auto = self.auto.with_fixed_costs(c, s);
         self
     }
 
@@ -169,6 +197,7 @@ impl<B: Backend> DraftModelDrafter<B> {
             target_step_seconds: self.auto.target_step_seconds(),
             verify_slope: self.auto.width_costs().slope(),
             last_length: self.last_length,
+            chains_stopped: self.chains_stopped,
         }
     }
 
@@ -293,6 +322,21 @@ pub fn weight_cost_prior<B: Backend>(
     (target > 0).then(|| draft as f64 / target as f64)
 }
 
+/// Report names of `auto`'s acceptance by confidence, one a bucket
+/// ([`AutoLength::CONFIDENCE_BUCKETS`]).
+const CONFIDENCE_NAMES: [&str; AutoLength::CONFIDENCE_BUCKETS] = [
+    "alpha_confidence_0.0",
+    "alpha_confidence_0.1",
+    "alpha_confidence_0.2",
+    "alpha_confidence_0.3",
+    "alpha_confidence_0.4",
+    "alpha_confidence_0.5",
+    "alpha_confidence_0.6",
+    "alpha_confidence_0.7",
+    "alpha_confidence_0.8",
+    "alpha_confidence_0.9",
+];
+
 /// The draft model's top probability in a `[1, vocab]` row of logits (softmax at temperature 1).
 fn top_probability<B: Backend>(logits: Tensor<B, 2>) -> f64 {
     softmax(logits, 1)
@@ -309,7 +353,9 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
     }
 
     /// [`DraftModelDrafter::estimates`] by name (those not yet known left out), and for `auto`
-    /// whether it takes the draft for hopeless (1) or not (0).
+    /// whether it takes the draft for hopeless (1) or not (0), the chains its confidence rule
+    /// ended, and the acceptance rate by the draft row's confidence (`alpha_confidence_0.9`:
+    /// rows whose top probability is in [0.9, 1]).
     fn report_estimates(&self) -> Vec<(&'static str, f64)> {
         let e = self.estimates();
         let mut named = vec![
@@ -325,6 +371,14 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
                 "hopeless",
                 f64::from(u8::from(self.auto.hopeless_draft(max))),
             ));
+            named.push(("chains_stopped", e.chains_stopped as f64));
+            let rates = self.auto.acceptance_by_confidence().rates();
+            named.extend(
+                CONFIDENCE_NAMES
+                    .iter()
+                    .zip(rates)
+                    .map(|(&name, rate)| (name, rate.alpha())),
+            );
         }
         named
     }
@@ -363,13 +417,25 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
             return Err(EngineError::Drafter("the context is empty".into()));
         };
         self.draft_returned = None;
+        self.chain = None;
         self.roll_back_to(before);
         let pending_len = context.len() - self.fed.len();
         let catch_up = catch_up_len(pending_len);
         let room = self.cache.capacity().saturating_sub(self.fed.len());
+        // `auto` ends a chain before a draft its row's confidence says would not pay (see
+        // `AutoLength::worth_extending`), so a step that drafts may go up to the longest chain;
+        // until `c` is measured or guessed it drafts the length chosen.
+        let chosen = self.next_length(catch_up);
+        let chain_rule = match self.length {
+            DraftLength::Auto { max } if chosen > 0 => self
+                .auto
+                .worth_extending(&ChainOutlook::new(), 1.0)
+                .map(|_| max),
+            _ => None,
+        };
         // The root and the first k − 1 drafts go through the draft: k ≤ room − pending + 1.
-        let k = self
-            .next_length(catch_up)
+        let k = chain_rule
+            .unwrap_or(chosen)
             .min(max_depth)
             .min((room + 1).saturating_sub(pending_len));
         self.last_length = k;
@@ -391,32 +457,75 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
         let mut pending = context[self.fed.len()..].to_vec();
         let mut rows = Vec::with_capacity(k);
         let mut drafted = Vec::with_capacity(k);
+        let mut computed = 0;
+        let mut chain = ChainOutlook::new();
+        let mut confidences = Vec::new();
+        let mut shadow = None;
         for i in 0..k {
             let logits = self
                 .feed(&pending, true)?
                 .ok_or_else(|| RuntimeError::InvalidRequest("no logits returned".into()))?;
-            if let DraftLength::Confident { threshold, .. } = self.length
-                && i > 0
-                && top_probability(logits.clone()) < threshold
-            {
-                break;
-            }
+            computed += 1;
+            // Both rules decide on a draft from its row alone, before its token is drawn, so
+            // which drafts are proposed never depends on their own values.
+            let confidence = match self.length {
+                DraftLength::Confident { threshold, .. } if i > 0 => {
+                    if top_probability(logits.clone()) < threshold {
+                        break;
+                    }
+                    None
+                }
+                DraftLength::Auto { .. } if chain_rule.is_some() => {
+                    Some(top_probability(logits.clone()))
+                }
+                _ => None,
+            };
             let q = probabilities(self.fit_logits(logits), sampling)?;
             // Greedy settings make q the point mass on the argmax, which this draws whatever the
             // uniform; sampled settings draw from q, the distribution the verifier is handed.
             let token = sample_probabilities(q.clone(), rng, Source::Draft)?[0];
+            if let Some(confidence) = confidence {
+                let alpha = self.auto.alpha_at(confidence);
+                // Until `c` is measured a step drafts at least once, or it would time nothing
+                // (a guess of `c` and the buckets' calibrated priors may say no draft pays).
+                let must_draft = drafted.is_empty() && self.auto.cost_ratio().is_none();
+                if !must_draft && self.auto.worth_extending(&chain, alpha) != Some(true) {
+                    self.chains_stopped += 1;
+                    shadow = Some((token, confidence));
+                    break;
+                }
+                chain = chain.extended(alpha);
+                confidences.push(confidence);
+            }
             rows.push(q);
             drafted.push(token);
             pending = vec![token];
         }
-        let q = self.pad_q(Tensor::cat(rows, 0));
+        // Per row computed: a row the chain stopped at cost a forward too.
         self.auto
-            .record_draft(start.elapsed().as_secs_f64() / drafted.len() as f64);
+            .record_draft(start.elapsed().as_secs_f64() / computed.max(1) as f64);
+        self.last_length = drafted.len();
+        if chain_rule.is_some() {
+            self.chain = Some(ChainRecord {
+                confidences,
+                shadow,
+                context_len: context.len(),
+            });
+        }
+        let draft_forwards = (self.forwards - forwards_before) as usize;
         self.draft_returned = Some(Instant::now());
+        if drafted.is_empty() {
+            // The first draft would not pay: a plain step (its row still makes a free trial).
+            return Ok(Draft {
+                draft_forwards,
+                ..Draft::none(root)
+            });
+        }
+        let q = self.pad_q(Tensor::cat(rows, 0));
         Ok(Draft {
             tree: TokenTree::chain(root, &drafted),
             proposal: Proposal::Sampled(q),
-            draft_forwards: (self.forwards - forwards_before) as usize,
+            draft_forwards,
         })
     }
 
@@ -432,6 +541,22 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
         }
         self.auto
             .record_step(tree.drafted(), verdict.accepted.len());
+        if let Some(chain) = self.chain.take() {
+            let drafted = chain.confidences.len();
+            let accepted = verdict.accepted.len().min(drafted);
+            self.auto
+                .record_chain_confidences(&chain.confidences, accepted);
+            if accepted == drafted
+                && let (Some((token, confidence)), Some(&produced)) =
+                    (chain.shadow, context.get(chain.context_len + drafted))
+            {
+                // Greedy: an exact trial (a point mass on x is accepted iff the step outputs x).
+                // Sampled: x was drawn from q and matches with probability Σ q·p, a lower bound
+                // of the acceptance Σ min(p, q); it steers the length only, never the output.
+                self.auto
+                    .record_confident_trial(confidence, produced == token);
+            }
+        }
         self.roll_back_to(context);
         // A catch-up before a step that will draft is fed here, outside `draft`, whose time
         // is the draft's steps (the engine's `draft_forward_seconds`).

@@ -16,6 +16,11 @@ pub enum SamplingError {
     #[error("the confidence threshold must lie in (0, 1), got {0}")]
     InvalidThreshold(f64),
     #[error(
+        "a confidence threshold stops a chain of at most K drafts: give --k a number, not \
+         `auto` (which sets its own lengths)"
+    )]
+    ThresholdWithAuto,
+    #[error(
         "the draft model's vocabulary has {draft} entries and the target's {target}; models of \
          different widths need their tokenizers to show the extra ids are padding \
          (use DraftModelDrafter::with_tokenizers)"

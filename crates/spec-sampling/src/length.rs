@@ -1,7 +1,8 @@
 //! How many tokens to draft per step.
 
 use spec_core::length::{
-    AcceptanceRate, WidthCosts, average_time, best_length_by, best_length_for,
+    AcceptanceByConfidence, AcceptanceRate, ChainOutlook, WidthCosts, average_time, best_length_by,
+    best_length_for,
 };
 pub use spec_core::length::{best_length, expected_tokens, mean_expected_tokens, speedup_bound};
 
@@ -48,6 +49,27 @@ impl DraftLength {
             .parse()
             .map_err(|_| SamplingError::BadDraftLength(text.to_owned()))?;
         let length = Self::Fixed(k);
+        length.validate()?;
+        Ok(length)
+    }
+
+    /// The policy the CLI's `--k` and `--draft-threshold` give: without a threshold, as
+    /// [`DraftLength::parse`] (a missing `k` is the default); with one, [`DraftLength::Confident`]
+    /// with `k` drafts at most ([`DEFAULT_K_MAX`] when `k` is missing).
+    ///
+    /// # Errors
+    /// A bad `k`, a threshold outside `(0, 1)`, or a threshold with `k` `auto` (which sets its
+    /// own lengths).
+    pub fn parse_with_threshold(k: Option<&str>, threshold: Option<f64>) -> Result<Self> {
+        let Some(threshold) = threshold else {
+            return k.map_or(Ok(Self::default()), Self::parse);
+        };
+        let max = match k.map(Self::parse).transpose()? {
+            None => DEFAULT_K_MAX,
+            Some(Self::Fixed(k)) => k,
+            Some(_) => return Err(SamplingError::ThresholdWithAuto),
+        };
+        let length = Self::Confident { max, threshold };
         length.validate()?;
         Ok(length)
     }
@@ -124,13 +146,28 @@ impl DraftLength {
 /// from a stall. Every time here is an [`average_time`], which one stalled measurement moves by
 /// at most 2× a measurement and the next ordinary one replaces, if it came first.
 ///
+/// A step that drafts then ends its chain by the same measure taken one draft at a time
+/// ([`AutoLength::worth_extending`], up to `K_max` drafts): draft `i` is proposed only if it
+/// raises the chain's `E[τ] / (K·c + r(K + 1))`, with `E[τ] = 1 + α_1 + α_1·α_2 + …` and `α_i`
+/// the rate of drafts whose row had draft `i`'s confidence (the draft model's top probability,
+/// in tenths, [`AutoLength::CONFIDENCE_BUCKETS`]; each bucket starts at its midpoint). The mean
+/// rate misses that a draft's own confidence tells a likely rejection from a likely acceptance:
+/// on code, K 8's chains run through rows the draft was unsure of, and `K` from the mean rate
+/// alone drafted those too.
+///
 /// Before the draft has been timed, `c` is unknown and `K` is [`DEFAULT_K`]; with a guess of `c`
 /// ([`AutoLength::with_cost_prior`], e.g. the ratio of the models' weight bytes, which a
-/// bandwidth-bound decode step streams), a draft guessed hopeless starts with plain steps, and
-/// a drafter whose first step will be plain skips its prefill.
-#[derive(Debug, Clone, Default)]
+/// bandwidth-bound decode step streams), a draft guessed hopeless starts with plain steps, a
+/// drafter whose first step will be plain skips its prefill, and the chain rule prices the
+/// first steps by the guess (drafting at least once a step until `c` is measured, which a step
+/// without drafts would not do).
+#[derive(Debug, Clone)]
 pub struct AutoLength {
     acceptance: AcceptanceRate,
+    /// The acceptance of drafts by their row's confidence (the draft model's top probability),
+    /// for the rule that ends a chain before a draft unlikely to pay
+    /// ([`AutoLength::worth_extending`]).
+    by_confidence: AcceptanceByConfidence,
     draft_token_seconds: Option<f64>,
     /// A guess of `c` for the steps before the draft is timed ([`AutoLength::with_cost_prior`]).
     cost_prior: Option<f64>,
@@ -143,9 +180,35 @@ pub struct AutoLength {
     /// Timings of a hopeless draft in a row since it last drafted (see
     /// [`AutoLength::wants_draft_timing`]).
     hopeless_timings: u32,
+    /// `(c, s)` given instead of measured ([`AutoLength::with_fixed_costs`]).
+    fixed_costs: Option<(f64, f64)>,
+}
+
+impl Default for AutoLength {
+    fn default() -> Self {
+        Self {
+            acceptance: AcceptanceRate::default(),
+            by_confidence: AcceptanceByConfidence::new(
+                Self::CONFIDENCE_BUCKETS,
+                Self::CONFIDENCE_DECAY,
+            ),
+            draft_token_seconds: None,
+            cost_prior: None,
+            catch_up_token_seconds: None,
+            target: WidthCosts::default(),
+            plain_run: 0,
+            hopeless_timings: 0,
+            fixed_costs: None,
+        }
+    }
 }
 
 impl AutoLength {
+    /// Confidence buckets of the chain rule: tenths of the draft row's top probability.
+    pub const CONFIDENCE_BUCKETS: usize = 10;
+    /// Decay of each bucket's counts (a memory of about 20 of its trials): the draft's
+    /// calibration against the target drifts with the text less than the mean rate does.
+    pub const CONFIDENCE_DECAY: f64 = 0.95;
     /// The weight of a new time measurement in the draft's moving average.
     const TIME_WEIGHT: f64 = 0.2;
     /// The share of a plain run's time that probes are expected to take (see [`AutoLength`]).
@@ -156,6 +219,37 @@ impl AutoLength {
     /// Records a verified step: `accepted` of `drafted` drafts in a chain.
     pub fn record_step(&mut self, drafted: usize, accepted: usize) {
         self.acceptance.record_chain(drafted, accepted);
+    }
+
+    /// Records a step's tested drafts by their rows' confidences (see
+    /// [`AcceptanceByConfidence::record_chain`]).
+    pub fn record_chain_confidences(&mut self, confidences: &[f64], accepted: usize) {
+        self.by_confidence.record_chain(confidences, accepted);
+    }
+
+    /// Records one more trial of a draft whose row had `confidence`: the draft a chain stopped
+    /// before, set against the step's output when every proposed draft was accepted.
+    pub fn record_confident_trial(&mut self, confidence: f64, accepted: bool) {
+        self.by_confidence.record(confidence, accepted);
+    }
+
+    /// The acceptance rate of drafts whose row has `confidence`.
+    pub fn alpha_at(&self, confidence: f64) -> f64 {
+        self.by_confidence.alpha(confidence)
+    }
+
+    /// The per-confidence rates, lowest confidence first.
+    pub fn acceptance_by_confidence(&self) -> &AcceptanceByConfidence {
+        &self.by_confidence
+    }
+
+    /// Whether `chain` should take one more draft, accepted with probability `alpha` (given the
+    /// ones before it): whether it raises the chain's `E[τ] / (K·c + r(K + 1))`
+    /// ([`ChainOutlook::worth_extending`]) at the costs [`AutoLength::choose`] prices steps by.
+    /// `None` while `c` is neither measured nor guessed.
+    pub fn worth_extending(&self, chain: &ChainOutlook, alpha: f64) -> Option<bool> {
+        let c = self.working_cost()?;
+        Some(chain.worth_extending(alpha, |k| self.cost(c, k)))
     }
 
     /// Records the draft's time per drafted token in one step.
@@ -176,6 +270,16 @@ impl AutoLength {
     /// finite number ≥ 0 is ignored.
     pub fn with_cost_prior(mut self, c: f64) -> Self {
         self.cost_prior = (c.is_finite() && c >= 0.0).then_some(c);
+        self
+    }
+
+    /// Prices every step by the given costs instead of measured ones: a draft token `c`
+    /// one-token target steps, a verification of `w` tokens `1 + s·(w − 1)` (no one-token steps
+    /// are then asked for). For a machine whose costs are known, and for tests that must not
+    /// depend on timings. Costs that are not finite numbers ≥ 0 are ignored.
+    pub fn with_fixed_costs(mut self, c: f64, s: f64) -> Self {
+        let valid = |x: f64| x.is_finite() && x >= 0.0;
+        self.fixed_costs = (valid(c) && valid(s)).then_some((c, s));
         self
     }
 
@@ -253,6 +357,9 @@ impl AutoLength {
 
     /// `c`: the draft's time per token over a one-token target step, once both are known.
     pub fn cost_ratio(&self) -> Option<f64> {
+        if let Some((c, _)) = self.fixed_costs {
+            return Some(c);
+        }
         match (self.draft_token_seconds, self.target.one_token_seconds()) {
             (Some(d), Some(t)) if t > 0.0 => Some(d / t),
             _ => None,
@@ -276,7 +383,11 @@ impl AutoLength {
 
     /// A step's cost in one-token target steps: `K` drafts at `c` and a verification of `K + 1`.
     fn cost(&self, c: f64, k: usize) -> f64 {
-        k as f64 * c + self.target.relative(k + 1)
+        let verification = match self.fixed_costs {
+            Some((_, s)) => 1.0 + s * k as f64,
+            None => self.target.relative(k + 1),
+        };
+        k as f64 * c + verification
     }
 
     /// The draft length for the next step, whose draft would first catch up on `catch_up`
@@ -285,7 +396,7 @@ impl AutoLength {
     /// the best `K ≥ 1` when a probe is due (see [`AutoLength`]); before `c` is measured,
     /// `min(DEFAULT_K, k_max)`; 0 for a hopeless draft ([`AutoLength::hopeless_draft`]).
     pub fn choose(&self, k_max: usize, catch_up: usize) -> usize {
-        if self.target.wants_one_token_step() {
+        if self.fixed_costs.is_none() && self.target.wants_one_token_step() {
             return 0;
         }
         let Some(c) = self.working_cost() else {
@@ -677,6 +788,47 @@ mod tests {
         assert!((auto.width_costs().slope() - 0.1).abs() < 1e-9);
     }
 
+    /// The chain rule (`auto` in the drafter): drafts of confident rows (top probability 0.95)
+    /// have been accepted and those of unsure rows (0.35) rejected, so a chain takes confident
+    /// drafts to the longest and stops before an unsure one, even as the first draft (a plain
+    /// step then pays more: 1.03 tokens for 1.13 steps). With `c` neither measured nor guessed
+    /// there is no verdict.
+    #[test]
+    fn a_chain_stops_before_a_draft_its_confidence_says_will_fail() {
+        assert_eq!(
+            AutoLength::default().worth_extending(&ChainOutlook::new(), 0.9),
+            None
+        );
+        let mut auto = AutoLength::default().with_fixed_costs(0.1, 0.03);
+        for _ in 0..50 {
+            auto.record_chain_confidences(&[0.95, 0.95, 0.35], 2);
+        }
+        let (sure, unsure) = (auto.alpha_at(0.97), auto.alpha_at(0.31));
+        assert!(sure > 0.99 && unsure < 0.05, "{sure} {unsure}");
+        // The mean rate does not see these trials: `record_step` keeps it.
+        assert!((auto.alpha() - 0.5).abs() < 1e-12);
+        let mut chain = ChainOutlook::new();
+        for _ in 0..8 {
+            assert_eq!(auto.worth_extending(&chain, sure), Some(true));
+            chain = chain.extended(sure);
+        }
+        let one = ChainOutlook::new().extended(sure);
+        assert_eq!(auto.worth_extending(&one, unsure), Some(false));
+        assert_eq!(
+            auto.worth_extending(&ChainOutlook::new(), unsure),
+            Some(false)
+        );
+        // A free trial of a stopped chain's next draft, accepted, moves its bucket up.
+        auto.record_confident_trial(0.35, true);
+        assert!(auto.alpha_at(0.35) > unsure);
+        // Fixed costs: `c` as given, no one-token steps asked for.
+        assert_eq!(auto.cost_ratio(), Some(0.1));
+        for _ in 0..2 * WidthCosts::REFRESH {
+            auto.record_target(9, 0.2);
+        }
+        assert!(auto.choose(8, 0) > 0);
+    }
+
     #[test]
     fn parse_and_validate() {
         assert_eq!(DraftLength::parse("3").ok(), Some(DraftLength::Fixed(3)));
@@ -701,5 +853,35 @@ mod tests {
             .is_err()
         );
         assert!(DraftLength::Auto { max: 0 }.validate().is_err());
+
+        let with = DraftLength::parse_with_threshold;
+        assert_eq!(with(None, None).ok(), Some(DraftLength::default()));
+        assert_eq!(with(Some("6"), None).ok(), Some(DraftLength::Fixed(6)));
+        assert_eq!(
+            with(Some("6"), Some(0.4)).ok(),
+            Some(DraftLength::Confident {
+                max: 6,
+                threshold: 0.4
+            })
+        );
+        assert_eq!(
+            with(None, Some(0.4)).ok(),
+            Some(DraftLength::Confident {
+                max: DEFAULT_K_MAX,
+                threshold: 0.4
+            })
+        );
+        assert!(matches!(
+            with(Some("auto"), Some(0.4)),
+            Err(SamplingError::ThresholdWithAuto)
+        ));
+        assert!(matches!(
+            with(Some("4"), Some(1.0)),
+            Err(SamplingError::InvalidThreshold(_))
+        ));
+        assert!(matches!(
+            with(Some("0"), Some(0.5)),
+            Err(SamplingError::ZeroDraftLength)
+        ));
     }
 }

@@ -36,13 +36,21 @@
 //! exactly what was sampled from.
 //!
 //! # Knobs and defaults
-//! * [`DraftLength`]: a fixed `K` (default 4); [`DraftLength::Confident`], which stops a chain
+//! * [`DraftLength`]: a fixed `K` (default 4); [`DraftLength::Confident`] (the CLI's
+//!   `--draft-threshold P`, `threshold=P` in a `spec bench` method), which stops a chain
 //!   early once the draft model's own top probability (softmax of its raw logits) falls below a
 //!   threshold; [`DraftLength::Auto`], which picks `K ∈ 0..=K_max` (default `K_max` 8) each step to
 //!   maximize the expected tokens per unit of time `E[τ] / (K·c + r(K + 1))`, with
 //!   `E[τ] = (1 − α^{K+1}) / (1 − α)` (Leviathan et al., section 3.4) and `α`, `c` and the
 //!   verification's cost `r(w)` relative to a one-token step estimated from the run (see
-//!   [`AutoLength`]). Leviathan's Theorem 3.8 takes `r ≡ 1`; on a CPU scoring `K + 1` tokens
+//!   [`AutoLength`]). Once `c` is measured or guessed, a step that drafts ends its chain by the
+//!   same measure taken per draft: draft `i` is proposed only if it raises the chain's
+//!   `E[τ] / (K·c + r(K + 1))`, with `E[τ] = 1 + α_1 + α_1·α_2 + …` (Leviathan et al., eq. 1,
+//!   a rate per position) and `α_i` the rate measured for drafts whose row had draft `i`'s top
+//!   probability (tenths of it; `spec_core::length::ChainOutlook`). The rule reads a row before
+//!   its token is drawn, so which drafts are proposed never depends on their own values; the
+//!   row it stopped at is scored against the step's output when every proposed draft was
+//!   accepted, a free trial. Leviathan's Theorem 3.8 takes `r ≡ 1`; on a CPU scoring `K + 1` tokens
 //!   costs more than one, so `auto` measures it, and asks for a plain step every 32 to do so.
 //!   `K` 0 is a plain step (`E[τ] = 1` for one step): where no draft length is expected to beat
 //!   it, `auto` decodes plainly, trying its best `K ≥ 1` after runs of 8 to 64 plain steps (the

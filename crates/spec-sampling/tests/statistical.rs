@@ -106,11 +106,18 @@ fn tv_and_bound(
 }
 
 fn check(sampling: SamplingConfig, length: DraftLength) {
-    let (c, target, draft) = models();
+    let (c, _, draft) = models();
+    let drafter = DraftModelDrafter::<B>::new(draft, c.vocab_size, length).unwrap();
+    check_with(sampling, drafter);
+}
+
+/// Runs `drafter` and checks the law; returns it for what it learned.
+fn check_with(sampling: SamplingConfig, mut drafter: DraftModelDrafter<B>) -> DraftModelDrafter<B> {
+    let (_, target, draft) = models();
+    let length = drafter.length();
     let n = runs();
     let law = exact_law(&target, &sampling);
     let draft_law = exact_law(&draft, &sampling);
-    let mut drafter = DraftModelDrafter::<B>::new(draft, c.vocab_size, length).unwrap();
     let mut counts: HashMap<Vec<u32>, usize> = HashMap::new();
     let (mut drafted, mut accepted) = (0u64, 0u64);
     let start = Instant::now();
@@ -142,11 +149,27 @@ fn check(sampling: SamplingConfig, length: DraftLength) {
         tv_draft > bound,
         "the samples are as close to the draft's law ({tv_draft}) as the bound {bound}: the test cannot tell the models apart"
     );
+    drafter
 }
 
 #[test]
 fn joint_law_of_three_tokens_at_temperature_one() {
     check(SamplingConfig::with_temperature(1.0), DraftLength::Fixed(2));
+}
+
+/// `auto`'s chain rule decides on each draft from its row's confidence before its token is
+/// drawn, with rates learned from earlier runs: chains of 0 to 2 drafts in the first step, and
+/// the law must not move. Fixed costs (a draft token 0.1 of a target step, 0.05 more a token
+/// verified) keep the decisions off the machine's timings.
+#[test]
+fn joint_law_of_three_tokens_with_auto_ending_chains_by_confidence() {
+    let (c, _, draft) = models();
+    let drafter = DraftModelDrafter::<B>::new(draft, c.vocab_size, DraftLength::Auto { max: 3 })
+        .unwrap()
+        .with_fixed_costs(0.1, 0.05);
+    let drafter = check_with(SamplingConfig::with_temperature(1.0), drafter);
+    let stopped = drafter.estimates().chains_stopped;
+    assert!(stopped > 0, "the confidence rule never ended a chain");
 }
 
 #[test]
