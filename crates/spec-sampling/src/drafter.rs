@@ -427,10 +427,7 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
         // until `c` is measured or guessed it drafts the length chosen.
         let chosen = self.next_length(catch_up);
         let chain_rule = match self.length {
-            DraftLength::Auto { max } if chosen > 0 => self
-                .auto
-                .worth_extending(&ChainOutlook::new(), 1.0)
-                .map(|_| max),
+            DraftLength::Auto { max } if chosen > 0 && self.auto.prices_steps() => Some(max),
             _ => None,
         };
         // The root and the first k − 1 drafts go through the draft: k ≤ room − pending + 1.

@@ -243,6 +243,11 @@ impl AutoLength {
         &self.by_confidence
     }
 
+    /// Whether steps can be priced: `c` measured, guessed or given.
+    pub fn prices_steps(&self) -> bool {
+        self.working_cost().is_some()
+    }
+
     /// Whether `chain` should take one more draft, accepted with probability `alpha` (given the
     /// ones before it): whether it raises the chain's `E[τ] / (K·c + r(K + 1))`
     /// ([`ChainOutlook::worth_extending`]) at the costs [`AutoLength::choose`] prices steps by.
@@ -799,7 +804,10 @@ mod tests {
             AutoLength::default().worth_extending(&ChainOutlook::new(), 0.9),
             None
         );
+        assert!(!AutoLength::default().prices_steps());
+        assert!(AutoLength::default().with_cost_prior(0.1).prices_steps());
         let mut auto = AutoLength::default().with_fixed_costs(0.1, 0.03);
+        assert!(auto.prices_steps());
         for _ in 0..50 {
             auto.record_chain_confidences(&[0.95, 0.95, 0.35], 2);
         }
