@@ -67,15 +67,21 @@ fn qwen_half_billion_drafting_for_1_5b_greedy_equals_plain() {
     let draft_tokenizer = TextTokenizer::from_gguf_path(&draft_path).unwrap();
     eprintln!("loaded both models in {:.1} s", t.elapsed().as_secs_f64());
     let capacity = 512;
-    let mut drafter = DraftModelDrafter::<B>::with_tokenizers(
-        draft.model,
-        &draft_tokenizer,
-        target.config.vocab_size,
-        &target_tokenizer,
-        DraftLength::Fixed(4),
-    )
-    .unwrap()
-    .with_cache_capacity(capacity);
+    // A fixed length, and `auto`, whose chains end where the draft's confidence says.
+    let mut drafters: Vec<_> = [DraftLength::Fixed(4), DraftLength::Auto { max: 8 }]
+        .into_iter()
+        .map(|length| {
+            DraftModelDrafter::<B>::with_tokenizers(
+                draft.model.clone(),
+                &draft_tokenizer,
+                target.config.vocab_size,
+                &target_tokenizer,
+                length,
+            )
+            .unwrap()
+            .with_cache_capacity(capacity)
+        })
+        .collect();
     let mut options = GenerateOptions::new(tokens, SamplingConfig::greedy());
     options.cache_capacity = Some(capacity);
     let (mut drafted, mut accepted) = (0, 0);
@@ -88,18 +94,22 @@ fn qwen_half_billion_drafting_for_1_5b_greedy_equals_plain() {
         let t = Instant::now();
         let plain = generate_plain(&target.model, &prompt, &options, &mut |_| {}).unwrap();
         let plain_s = t.elapsed().as_secs_f64();
-        let t = Instant::now();
-        let spec =
-            generate_speculative(&target.model, &mut drafter, &prompt, &options, &mut |_| {})
+        for drafter in &mut drafters {
+            let length = drafter.length();
+            let t = Instant::now();
+            let spec = generate_speculative(&target.model, drafter, &prompt, &options, &mut |_| {})
                 .unwrap();
-        let spec_s = t.elapsed().as_secs_f64();
-        eprintln!(
-            "{text:?}: plain {plain_s:.1} s, speculative {spec_s:.1} s, {} of {} drafts accepted",
-            spec.metrics.accepted, spec.metrics.drafted
-        );
-        drafted += spec.metrics.drafted;
-        accepted += spec.metrics.accepted;
-        if spec.tokens != plain.tokens {
+            let spec_s = t.elapsed().as_secs_f64();
+            eprintln!(
+                "{text:?} {length:?}: plain {plain_s:.1} s, speculative {spec_s:.1} s, {} of {} \
+                 drafts accepted",
+                spec.metrics.accepted, spec.metrics.drafted
+            );
+            drafted += spec.metrics.drafted;
+            accepted += spec.metrics.accepted;
+            if spec.tokens == plain.tokens {
+                continue;
+            }
             let at = spec
                 .tokens
                 .iter()
@@ -123,10 +133,11 @@ fn qwen_half_billion_drafting_for_1_5b_greedy_equals_plain() {
             let mut sorted = logits.clone();
             sorted.sort_by(|a, b| b.total_cmp(a));
             eprintln!(
-                "{text:?}: differs at token {at}; the target's top-2 logit gap there is {}",
+                "{text:?} {length:?}: differs at token {at}; the target's top-2 logit gap there \
+                 is {}",
                 sorted[0] - sorted[1]
             );
-            failures.push(*text);
+            failures.push((*text, length));
         }
     }
     eprintln!("α over all prompts: {accepted} of {drafted}");
