@@ -459,6 +459,16 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
         let mut confidences = Vec::new();
         let mut shadow = None;
         for i in 0..k {
+            // A row is computed only if a draft at the run's mean rate would pay there: a row
+            // the rule then declines has cost a forward for nothing, and with a dear draft (the
+            // 0.5B in f32, `c` 0.3) chains run to the longest decoded at 0.96-1.02 of `K` 4
+            // against 1.03-1.09 for `K` from the mean rate (docs/benchmarks.md).
+            if chain_rule.is_some()
+                && !(drafted.is_empty() && self.auto.cost_ratio().is_none())
+                && self.auto.worth_extending(&chain, self.auto.alpha()) != Some(true)
+            {
+                break;
+            }
             let logits = self
                 .feed(&pending, true)?
                 .ok_or_else(|| RuntimeError::InvalidRequest("no logits returned".into()))?;
