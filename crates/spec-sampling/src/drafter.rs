@@ -459,12 +459,14 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
         let mut confidences = Vec::new();
         let mut shadow = None;
         for i in 0..k {
-            // A row is computed only if a draft at the run's mean rate would pay there: a row
-            // the rule then declines has cost a forward for nothing, and with a dear draft (the
-            // 0.5B in f32, `c` 0.3) chains run to the longest decoded at 0.96-1.02 of `K` 4
-            // against 1.03-1.09 for `K` from the mean rate (docs/benchmarks.md).
+            // After the first draft (the step's length policy chose to draft, a probe
+            // included), a row is computed only if a draft at the run's mean rate would pay
+            // there: a row the rule then declines has cost a forward for nothing, and with a
+            // dear draft (the 0.5B in f32, `c` 0.3) chains run to the longest decoded at
+            // 0.96-1.02 of `K` 4 against 1.03-1.09 for `K` from the mean rate
+            // (docs/benchmarks.md).
             if chain_rule.is_some()
-                && !(drafted.is_empty() && self.auto.cost_ratio().is_none())
+                && !drafted.is_empty()
                 && self.auto.worth_extending(&chain, self.auto.alpha()) != Some(true)
             {
                 break;
@@ -508,9 +510,9 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
             drafted.push(token);
             pending = vec![token];
         }
-        // Per row computed: a row the chain stopped at cost a forward too.
+        // Per row computed (at least the first): a row the chain stopped at cost a forward too.
         self.auto
-            .record_draft(start.elapsed().as_secs_f64() / computed.max(1) as f64);
+            .record_draft(start.elapsed().as_secs_f64() / computed as f64);
         self.last_length = drafted.len();
         if chain_rule.is_some() {
             self.chain = Some(ChainRecord {

@@ -181,6 +181,36 @@ fn auto_times_a_draft_guessed_hopeless_only_now_and_then() {
     }
 }
 
+/// `auto` at costs where drafting does not pay at the run's rate (given: a draft token half a
+/// target step, 0.3 more a token verified; a tiny draft that seldom agrees) decodes plainly and
+/// probes now and then. A probe was chosen to draft, so it computes its first draft row
+/// whatever the mean rate says (the chain rule's check at the mean rate comes after a first
+/// draft); the row's confidence may still decline it. The output is plain decoding's.
+#[test]
+fn auto_probes_compute_a_draft_row() {
+    let c = config(97, 32, 2, 128);
+    let target = model(&c, 3);
+    let options = GenerateOptions::new(150, SamplingConfig::greedy());
+    let plain = generate_plain(&target, PROMPTS[0], &options, &mut |_| {}).unwrap();
+    let mut drafter = DraftModelDrafter::<B>::new(
+        model(&config(97, 16, 1, 128), 8),
+        c.vocab_size,
+        DraftLength::Auto { max: 8 },
+    )
+    .unwrap()
+    .with_fixed_costs(0.5, 0.3);
+    let spec =
+        generate_speculative(&target, &mut drafter, PROMPTS[0], &options, &mut |_| {}).unwrap();
+    assert_eq!(spec.tokens, plain.tokens);
+    let m = &spec.metrics;
+    assert!(m.steps > 100, "mostly plain steps: {} steps", m.steps);
+    assert!(
+        m.draft_forwards >= 2,
+        "probes ran {} draft rows",
+        m.draft_forwards
+    );
+}
+
 /// A draft that fell behind (here: five tokens the drafter never saw) catches up in
 /// `accepted`, before the step that drafts, so that step's forwards are its drafts' only (the
 /// engine times `draft` calls as the draft's steps).
