@@ -153,7 +153,8 @@ impl DraftLength {
 /// in tenths, [`AutoLength::CONFIDENCE_BUCKETS`]; each bucket starts at its midpoint). The mean
 /// rate misses that a draft's own confidence tells a likely rejection from a likely acceptance:
 /// on code, K 8's chains run through rows the draft was unsure of, and `K` from the mean rate
-/// alone drafted those too. The next row is computed only if a draft at the mean rate would
+/// alone drafted those too. After the first draft (which the step's `K` already chose), the
+/// next row is computed only if a draft at the mean rate would
 /// pay there (the same test with [`AutoLength::alpha`]): a row the rule declines has cost a
 /// forward for nothing, and with a dear draft (`c` 0.3) chains run to the longest lost to
 /// `K` chosen from the mean rate.

@@ -47,8 +47,8 @@
 //!   same measure taken per draft: draft `i` is proposed only if it raises the chain's
 //!   `E[τ] / (K·c + r(K + 1))`, with `E[τ] = 1 + α_1 + α_1·α_2 + …` (Leviathan et al., eq. 1,
 //!   a rate per position) and `α_i` the rate measured for drafts whose row had draft `i`'s top
-//!   probability (tenths of it; `spec_core::length::ChainOutlook`); and a row is computed at all
-//!   only if a draft at the run's mean rate would pay there (a row the rule declines has cost
+//!   probability (tenths of it; `spec_core::length::ChainOutlook`); and after the first draft a
+//!   row is computed at all only if a draft at the run's mean rate would pay there (a row the rule declines has cost
 //!   a forward for nothing, which a dear draft feels). The rule reads a row before its token is
 //!   drawn, so which drafts are proposed never depends on their own values; the row it stopped
 //!   at is scored against the step's output when every proposed draft was accepted, a free
