@@ -278,6 +278,77 @@ impl AcceptanceByConfidence {
     }
 }
 
+/// What a step's chain can teach an [`AcceptanceByConfidence`], kept from drafting until the
+/// verdict: the confidence of each proposed draft's row and, where a length rule computed a row
+/// and then stopped before proposing its token, that token and the row's confidence.
+///
+/// The verdict tests the proposed drafts in order ([`AcceptanceByConfidence::record_chain`]).
+/// When it accepts all of them, the step's next token lands where the stopped row's token would
+/// have been: comparing the two is one more trial, which cost nothing. Under greedy settings a
+/// point mass on `x` is accepted exactly when the step outputs `x`, so the trial is exact; a
+/// sampled `x` drawn from `q` matches with probability `Σ q·p`, a lower bound of the acceptance
+/// `Σ min(p, q)`. Either way the trials steer the draft length only, never the output.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChainTrials {
+    /// The context's length when drafting: the step's first output lands at this index.
+    context_len: usize,
+    confidences: Vec<f64>,
+    stopped_before: Option<(u32, f64)>,
+}
+
+impl ChainTrials {
+    /// A chain drafted after a context of `context_len` tokens.
+    pub fn new(context_len: usize) -> Self {
+        Self {
+            context_len,
+            ..Self::default()
+        }
+    }
+
+    /// The next draft, from a row with `confidence`, is proposed.
+    pub fn propose(&mut self, confidence: f64) {
+        self.confidences.push(confidence);
+    }
+
+    /// The chain ends before `token`, drawn from a row with `confidence`, without proposing it.
+    pub fn stop_before(&mut self, token: u32, confidence: f64) {
+        self.stopped_before = Some((token, confidence));
+    }
+
+    /// Drafts proposed.
+    pub fn proposed(&self) -> usize {
+        self.confidences.len()
+    }
+
+    /// Whether the chain ended at a row it computed ([`ChainTrials::stop_before`]).
+    pub fn stopped(&self) -> bool {
+        self.stopped_before.is_some()
+    }
+
+    /// Records into `acceptance` what the verdict settled: the first `accepted` proposed drafts
+    /// accepted and, if any was not, the next one rejected; when all were accepted, the stopped
+    /// row's token against `context` (the context after the step) at its place. A context too
+    /// short to reach that place records no such trial.
+    pub fn record(
+        &self,
+        accepted: usize,
+        context: &[u32],
+        acceptance: &mut AcceptanceByConfidence,
+    ) {
+        let proposed = self.proposed();
+        let accepted = accepted.min(proposed);
+        acceptance.record_chain(&self.confidences, accepted);
+        if accepted == proposed
+            && let (Some((token, confidence)), Some(&produced)) = (
+                self.stopped_before,
+                context.get(self.context_len + proposed),
+            )
+        {
+            acceptance.record(confidence, produced == token);
+        }
+    }
+}
+
 /// The expected yield of a chain being drafted one token at a time, each draft `i` accepted
 /// (given the ones before it) with its own probability `α_i`:
 /// `E[τ] = 1 + α_1 + α_1·α_2 + … + α_1⋯α_K` (Leviathan et al. 2023, eq. 1, with the rate per
@@ -775,6 +846,66 @@ mod tests {
         }
         assert!(chain.alpha(0.1) > 0.125 && chain.alpha(0.4) < 0.375);
         assert!((chain.alpha(0.9) - 0.875).abs() < 1e-12);
+    }
+
+    /// A chain of two proposed drafts (confidences 0.9 and 0.6) after a context of 5 tokens
+    /// stopped before token 7 (confidence 0.3): the stopped row is a trial only when both
+    /// proposed drafts were accepted, and then it passes iff the step's next token is 7.
+    #[test]
+    fn a_stopped_row_is_a_trial_only_after_every_proposed_draft_is_accepted() {
+        let mut trials = ChainTrials::new(5);
+        trials.propose(0.9);
+        trials.propose(0.6);
+        assert!(!trials.stopped());
+        trials.stop_before(7, 0.3);
+        assert!(trials.stopped());
+        assert_eq!(trials.proposed(), 2);
+        let fresh = || AcceptanceByConfidence::new(10, 0.95);
+        let close = |a: &AcceptanceByConfidence, b: &AcceptanceByConfidence| {
+            (0..10).all(|i| {
+                let at = (i as f64 + 0.5) / 10.0;
+                (a.alpha(at) - b.alpha(at)).abs() < 1e-12
+            })
+        };
+        // Context after the step: 5 tokens, the two accepted drafts, then the step's own token.
+        let after = |next: u32| [0, 0, 0, 0, 0, 11, 12, next];
+
+        let mut matched = fresh();
+        trials.record(2, &after(7), &mut matched);
+        let mut expected = fresh();
+        expected.record_chain(&[0.9, 0.6], 2);
+        expected.record(0.3, true);
+        assert!(close(&matched, &expected));
+
+        let mut missed = fresh();
+        trials.record(2, &after(8), &mut missed);
+        let mut expected = fresh();
+        expected.record_chain(&[0.9, 0.6], 2);
+        expected.record(0.3, false);
+        assert!(close(&missed, &expected));
+
+        // The second draft rejected: the stopped row was never reached, so only the chain counts.
+        let mut rejected = fresh();
+        trials.record(1, &after(7), &mut rejected);
+        let mut expected = fresh();
+        expected.record_chain(&[0.9, 0.6], 1);
+        assert!(close(&rejected, &expected));
+        assert!((rejected.alpha(0.3) - fresh().alpha(0.3)).abs() < 1e-12);
+
+        // A context that ends before the stopped row's place, and an accepted count beyond the
+        // chain (clamped), record the chain alone.
+        let mut short = fresh();
+        trials.record(9, &after(7)[..7], &mut short);
+        let mut expected = fresh();
+        expected.record_chain(&[0.9, 0.6], 2);
+        assert!(close(&short, &expected));
+
+        // A plain step whose only row was declined: the row against the step's token.
+        let mut plain = ChainTrials::new(3);
+        plain.stop_before(4, 0.75);
+        let mut by = fresh();
+        plain.record(0, &[1, 2, 3, 4], &mut by);
+        assert!(by.alpha(0.75) > fresh().alpha(0.75));
     }
 
     #[test]

@@ -5,7 +5,9 @@ use std::time::Instant;
 use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Tensor, TensorData};
 use spec_core::error::Source;
-use spec_core::length::{AcceptanceByConfidence, ChainOutlook, WidthCosts, average_time};
+use spec_core::length::{
+    AcceptanceByConfidence, ChainOutlook, ChainTrials, WidthCosts, average_time,
+};
 use spec_core::rng::SpecRng;
 use spec_core::sampling::{SamplingConfig, probabilities, sample_probabilities};
 use spec_core::tree::TokenTree;
@@ -63,13 +65,8 @@ impl BigramConfig {
 /// The step in flight, remembered to learn from its outcome.
 #[derive(Debug, Clone)]
 struct PendingStep {
-    /// The confidence (top probability of the draft row) of each proposed draft.
-    confidences: Vec<f64>,
-    /// The draft the chain stopped before, with its row's confidence: when every proposed draft
-    /// is accepted, comparing it with the step's next token is a free trial.
-    shadow: Option<(u32, f64)>,
-    /// The context length when drafting (the step's first output lands at this index).
-    context_len: usize,
+    /// The chain's trials by its rows' confidences (the bigram's top probability).
+    trials: ChainTrials,
     /// When [`Drafter::draft`] returned: the step's time runs from here to `accepted`.
     returned: Instant,
 }
@@ -85,12 +82,10 @@ struct DraftRow<B: Backend> {
 /// What [`BigramDrafter::propose`] drafted.
 struct Proposed<B: Backend> {
     tokens: Vec<u32>,
-    /// The confidence of each draft's row.
-    confidences: Vec<f64>,
     /// The drafts' rows `q` `[K, vocab]` (sampling only, when anything was drafted).
     q: Option<Tensor<B, 2>>,
-    /// The draft the adaptive rule stopped before, with its row's confidence.
-    shadow: Option<(u32, f64)>,
+    /// The drafts' confidences, and the row the adaptive rule stopped before.
+    trials: ChainTrials,
 }
 
 /// Drafts up to `K` tokens from a bigram model (see the crate docs for the rule).
@@ -208,7 +203,7 @@ impl<B: Backend> BigramDrafter<B> {
         })
     }
 
-    /// Drafts after `root`, up to `depth` tokens.
+    /// Drafts after `root`, the last of `context_len` tokens, up to `depth` tokens.
     ///
     /// The rule decides on draft `i` from its row's confidence before looking at its token, so
     /// which drafts are proposed never depends on their own values (exactness needs each
@@ -216,15 +211,15 @@ impl<B: Backend> BigramDrafter<B> {
     fn propose(
         &mut self,
         root: u32,
+        context_len: usize,
         depth: usize,
         sampling: &SamplingConfig,
         rng: &mut SpecRng,
     ) -> Result<Proposed<B>> {
         let mut tokens = Vec::with_capacity(depth);
-        let mut confidences = Vec::with_capacity(depth);
+        let mut trials = ChainTrials::new(context_len);
         let mut rows = Vec::new();
         let mut chain = ChainOutlook::new();
-        let mut shadow = None;
         let mut prev = root;
         // A plain step now and then keeps the one-token time, every cost's unit, fresh; its
         // first row still makes a free trial.
@@ -233,27 +228,26 @@ impl<B: Backend> BigramDrafter<B> {
         for _ in 0..depth {
             let row = self.next_row(prev, sampling, rng)?;
             if refresh {
-                shadow = Some((row.token, row.confidence));
+                trials.stop_before(row.token, row.confidence);
                 break;
             }
             if self.adaptive {
                 let alpha = self.acceptance.alpha(row.confidence);
                 if !chain.worth_extending(alpha, |k| self.step_cost(k)) {
-                    shadow = Some((row.token, row.confidence));
+                    trials.stop_before(row.token, row.confidence);
                     break;
                 }
                 chain = chain.extended(alpha);
             }
             prev = row.token;
             tokens.push(row.token);
-            confidences.push(row.confidence);
+            trials.propose(row.confidence);
             rows.extend(row.q);
         }
         Ok(Proposed {
             tokens,
-            confidences,
             q: (!rows.is_empty()).then(|| Tensor::cat(rows, 0)),
-            shadow,
+            trials,
         })
     }
 }
@@ -282,22 +276,16 @@ impl<B: Backend> Drafter<B> for BigramDrafter<B> {
         };
         let depth = self.k.min(max_depth);
         let started = Instant::now();
-        let Proposed {
-            tokens,
-            confidences,
-            q,
-            shadow,
-        } = self.propose(root, depth, sampling, rng)?;
+        let Proposed { tokens, q, trials } =
+            self.propose(root, context.len(), depth, sampling, rng)?;
         // Rows computed: the drafts plus the one the chain stopped before.
-        let rows = tokens.len() + usize::from(shadow.is_some());
+        let rows = tokens.len() + usize::from(trials.stopped());
         if rows > 0 {
             let per_row = started.elapsed().as_secs_f64() / rows as f64;
             self.draft_seconds = average_time(self.draft_seconds, per_row, DRAFT_TIME_WEIGHT);
         }
         self.pending = Some(PendingStep {
-            confidences,
-            shadow,
-            context_len: context.len(),
+            trials,
             returned: Instant::now(),
         });
         Ok(Draft {
@@ -316,20 +304,12 @@ impl<B: Backend> Drafter<B> for BigramDrafter<B> {
         let Some(step) = self.pending.take() else {
             return Ok(());
         };
-        let drafted = step.confidences.len();
-        self.costs
-            .record(drafted + 1, step.returned.elapsed().as_secs_f64());
-        let accepted = verdict.accepted.len().min(drafted);
-        self.acceptance.record_chain(&step.confidences, accepted);
-        if accepted == drafted
-            && let (Some((token, confidence)), Some(&produced)) =
-                (step.shadow, context.get(step.context_len + drafted))
-        {
-            // Greedy: a point mass on x is accepted iff the step outputs x, so this is an exact
-            // trial. Sampling: x was drawn from q and matches with probability Σ q·p, a lower
-            // bound of the acceptance Σ min(p, q); it only steers the length, never the output.
-            self.acceptance.record(confidence, produced == token);
-        }
+        self.costs.record(
+            step.trials.proposed() + 1,
+            step.returned.elapsed().as_secs_f64(),
+        );
+        step.trials
+            .record(verdict.accepted.len(), context, &mut self.acceptance);
         Ok(())
     }
 }

@@ -5,7 +5,7 @@ use std::time::Instant;
 use burn::tensor::activation::softmax;
 use burn::tensor::{Tensor, backend::Backend};
 use spec_core::error::Source;
-use spec_core::length::ChainOutlook;
+use spec_core::length::{ChainOutlook, ChainTrials};
 use spec_core::rng::SpecRng;
 use spec_core::sampling::{SamplingConfig, probabilities, sample_probabilities};
 use spec_core::tree::TokenTree;
@@ -41,18 +41,6 @@ pub struct Estimates {
     pub chains_stopped: u64,
 }
 
-/// A step's chain as `auto` drafted it, kept until its verdict to learn from.
-#[derive(Debug)]
-struct ChainRecord {
-    /// The confidence (the draft model's top probability) of each proposed draft's row.
-    confidences: Vec<f64>,
-    /// The draft the chain stopped before, with its row's confidence: when every proposed
-    /// draft is accepted, comparing it with the step's next token is a free trial.
-    shadow: Option<(u32, f64)>,
-    /// The context's length when drafting: the step's first output lands there.
-    context_len: usize,
-}
-
 /// Drafts a chain with a small model of the target's vocabulary, sampling each token from the
 /// draft's distribution `q` under the run's sampling settings, and hands `q` to the verifier.
 ///
@@ -76,8 +64,9 @@ pub struct DraftModelDrafter<B: Backend> {
     draft_returned: Option<Instant>,
     last_length: usize,
     chains_stopped: u64,
-    /// `auto`'s chain in flight (see [`ChainRecord`]).
-    chain: Option<ChainRecord>,
+    /// The trials of `auto`'s chain in flight, by its rows' confidences (the draft model's top
+    /// probability), recorded at the verdict.
+    chain: Option<ChainTrials>,
     /// Set by [`DraftModelDrafter::with_cache_capacity`]: `begin` keeps the cache as it is.
     fixed_capacity: bool,
 }
@@ -456,8 +445,7 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
         let mut drafted = Vec::with_capacity(k);
         let mut computed = 0;
         let mut chain = ChainOutlook::new();
-        let mut confidences = Vec::new();
-        let mut shadow = None;
+        let mut trials = ChainTrials::new(context.len());
         for i in 0..k {
             // After the first draft (the step's length policy chose to draft, a probe
             // included), a row is computed only if a draft at the run's mean rate would pay
@@ -500,11 +488,11 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
                 let must_draft = drafted.is_empty() && self.auto.cost_ratio().is_none();
                 if !must_draft && self.auto.worth_extending(&chain, alpha) != Some(true) {
                     self.chains_stopped += 1;
-                    shadow = Some((token, confidence));
+                    trials.stop_before(token, confidence);
                     break;
                 }
                 chain = chain.extended(alpha);
-                confidences.push(confidence);
+                trials.propose(confidence);
             }
             rows.push(q);
             drafted.push(token);
@@ -515,11 +503,7 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
             .record_draft(start.elapsed().as_secs_f64() / computed as f64);
         self.last_length = drafted.len();
         if chain_rule.is_some() {
-            self.chain = Some(ChainRecord {
-                confidences,
-                shadow,
-                context_len: context.len(),
-            });
+            self.chain = Some(trials);
         }
         let draft_forwards = (self.forwards - forwards_before) as usize;
         self.draft_returned = Some(Instant::now());
@@ -550,21 +534,9 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
         }
         self.auto
             .record_step(tree.drafted(), verdict.accepted.len());
-        if let Some(chain) = self.chain.take() {
-            let drafted = chain.confidences.len();
-            let accepted = verdict.accepted.len().min(drafted);
+        if let Some(trials) = self.chain.take() {
             self.auto
-                .record_chain_confidences(&chain.confidences, accepted);
-            if accepted == drafted
-                && let (Some((token, confidence)), Some(&produced)) =
-                    (chain.shadow, context.get(chain.context_len + drafted))
-            {
-                // Greedy: an exact trial (a point mass on x is accepted iff the step outputs x).
-                // Sampled: x was drawn from q and matches with probability Σ q·p, a lower bound
-                // of the acceptance Σ min(p, q); it steers the length only, never the output.
-                self.auto
-                    .record_confident_trial(confidence, produced == token);
-            }
+                .record_chain(&trials, verdict.accepted.len(), context);
         }
         self.roll_back_to(context);
         // A catch-up before a step that will draft is fed here, outside `draft`, whose time

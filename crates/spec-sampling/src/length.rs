@@ -1,8 +1,8 @@
 //! How many tokens to draft per step.
 
 use spec_core::length::{
-    AcceptanceByConfidence, AcceptanceRate, ChainOutlook, WidthCosts, average_time, best_length_by,
-    best_length_for,
+    AcceptanceByConfidence, AcceptanceRate, ChainOutlook, ChainTrials, WidthCosts, average_time,
+    best_length_by, best_length_for,
 };
 pub use spec_core::length::{best_length, expected_tokens, mean_expected_tokens, speedup_bound};
 
@@ -225,16 +225,10 @@ impl AutoLength {
         self.acceptance.record_chain(drafted, accepted);
     }
 
-    /// Records a step's tested drafts by their rows' confidences (see
-    /// [`AcceptanceByConfidence::record_chain`]).
-    pub fn record_chain_confidences(&mut self, confidences: &[f64], accepted: usize) {
-        self.by_confidence.record_chain(confidences, accepted);
-    }
-
-    /// Records one more trial of a draft whose row had `confidence`: the draft a chain stopped
-    /// before, set against the step's output when every proposed draft was accepted.
-    pub fn record_confident_trial(&mut self, confidence: f64, accepted: bool) {
-        self.by_confidence.record(confidence, accepted);
+    /// Records by their rows' confidences what a step's verdict (`accepted` drafts, `context`
+    /// after the step) settled of its chain (see [`ChainTrials::record`]).
+    pub fn record_chain(&mut self, trials: &ChainTrials, accepted: usize, context: &[u32]) {
+        trials.record(accepted, context, &mut self.by_confidence);
     }
 
     /// The acceptance rate of drafts whose row has `confidence`.
@@ -812,8 +806,12 @@ mod tests {
         assert!(AutoLength::default().with_cost_prior(0.1).prices_steps());
         let mut auto = AutoLength::default().with_fixed_costs(0.1, 0.03);
         assert!(auto.prices_steps());
+        let mut trials = ChainTrials::new(0);
+        for confidence in [0.95, 0.95, 0.35] {
+            trials.propose(confidence);
+        }
         for _ in 0..50 {
-            auto.record_chain_confidences(&[0.95, 0.95, 0.35], 2);
+            auto.record_chain(&trials, 2, &[]);
         }
         let (sure, unsure) = (auto.alpha_at(0.97), auto.alpha_at(0.31));
         assert!(sure > 0.99 && unsure < 0.05, "{sure} {unsure}");
@@ -831,7 +829,9 @@ mod tests {
             Some(false)
         );
         // A free trial of a stopped chain's next draft, accepted, moves its bucket up.
-        auto.record_confident_trial(0.35, true);
+        let mut stopped = ChainTrials::new(0);
+        stopped.stop_before(3, 0.35);
+        auto.record_chain(&stopped, 0, &[3]);
         assert!(auto.alpha_at(0.35) > unsure);
         // Fixed costs: `c` as given, no one-token steps asked for.
         assert_eq!(auto.cost_ratio(), Some(0.1));
