@@ -412,7 +412,7 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
         let catch_up = catch_up_len(pending_len);
         let room = self.cache.capacity().saturating_sub(self.fed.len());
         // `auto` ends a chain before a draft its row's confidence says would not pay (see
-        // `AutoLength::worth_extending`), so a step that drafts may go up to the longest chain;
+        // `AutoLength::worth_proposing`), so a step that drafts may go up to the longest chain;
         // until `c` is measured or guessed it drafts the length chosen.
         let chosen = self.next_length(catch_up);
         let chain_rule = match self.length {
@@ -486,7 +486,7 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
                 // Until `c` is measured a step drafts at least once, or it would time nothing
                 // (a guess of `c` and the buckets' calibrated priors may say no draft pays).
                 let must_draft = drafted.is_empty() && self.auto.cost_ratio().is_none();
-                if !must_draft && self.auto.worth_extending(&chain, alpha) != Some(true) {
+                if !must_draft && self.auto.worth_proposing(&chain, alpha) != Some(true) {
                     self.chains_stopped += 1;
                     trials.stop_before(token, confidence);
                     break;

@@ -146,18 +146,18 @@ impl DraftLength {
 /// from a stall. Every time here is an [`average_time`], which one stalled measurement moves by
 /// at most 2× a measurement and the next ordinary one replaces, if it came first.
 ///
-/// A step that drafts then ends its chain by the same measure taken one draft at a time
-/// ([`AutoLength::worth_extending`], up to `K_max` drafts): draft `i` is proposed only if it
-/// raises the chain's `E[τ] / (K·c + r(K + 1))`, with `E[τ] = 1 + α_1 + α_1·α_2 + …` and `α_i`
-/// the rate of drafts whose row had draft `i`'s confidence (the draft model's top probability,
-/// in tenths, [`AutoLength::CONFIDENCE_BUCKETS`]; each bucket starts at its midpoint). The mean
-/// rate misses that a draft's own confidence tells a likely rejection from a likely acceptance:
-/// on code, K 8's chains run through rows the draft was unsure of, and `K` from the mean rate
-/// alone drafted those too. After the first draft (which the step's `K` already chose), the
-/// next row is computed only if a draft at the mean rate would
-/// pay there (the same test with [`AutoLength::alpha`]): a row the rule declines has cost a
-/// forward for nothing, and with a dear draft (`c` 0.3) chains run to the longest lost to
-/// `K` chosen from the mean rate.
+/// A step that drafts then ends its chain by the same measure taken one draft at a time (up to
+/// `K_max` drafts), with `E[τ] = 1 + α_1 + α_1·α_2 + …` and `α_i` the rate of drafts whose row
+/// had draft `i`'s confidence (the draft model's top probability, in tenths,
+/// [`AutoLength::CONFIDENCE_BUCKETS`]; each bucket starts at its midpoint). The mean rate misses
+/// that a draft's own confidence tells a likely rejection from a likely acceptance: on code,
+/// K 8's chains run through rows the draft was unsure of, and `K` from the mean rate alone
+/// drafted those too. After the first draft (which the step's `K` already chose), the next row
+/// is computed only if a draft at the mean rate would raise the chain's
+/// `E[τ] / (K·c + r(K + 1))` ([`AutoLength::worth_extending`] with [`AutoLength::alpha`]); a
+/// computed row's draft is then proposed if its own rate `α_i` raises it with the row's `c`
+/// counted as spent either way ([`AutoLength::worth_proposing`]), so that only the
+/// verification's extra width weighs against it.
 ///
 /// Before the draft has been timed, `c` is unknown and `K` is [`DEFAULT_K`]; with a guess of `c`
 /// ([`AutoLength::with_cost_prior`], e.g. the ratio of the models' weight bytes, which a
@@ -253,6 +253,15 @@ impl AutoLength {
     pub fn worth_extending(&self, chain: &ChainOutlook, alpha: f64) -> Option<bool> {
         let c = self.working_cost()?;
         Some(chain.worth_extending(alpha, |k| self.cost(c, k)))
+    }
+
+    /// [`AutoLength::worth_extending`] for a draft whose row the draft model has computed: that
+    /// row's `c` is spent whether or not the draft is proposed
+    /// ([`ChainOutlook::worth_proposing`]), so only the verification's extra width weighs
+    /// against it.
+    pub fn worth_proposing(&self, chain: &ChainOutlook, alpha: f64) -> Option<bool> {
+        let c = self.working_cost()?;
+        Some(chain.worth_proposing(alpha, |k| self.cost(c, k), c))
     }
 
     /// Records the draft's time per drafted token in one step.
@@ -824,6 +833,12 @@ mod tests {
         }
         let one = ChainOutlook::new().extended(sure);
         assert_eq!(auto.worth_extending(&one, unsure), Some(false));
+        // Once its row is computed, its `c` (0.1) is spent either way and only the width's 0.03
+        // weighs against a draft: one at α 0.15 is then proposed, though a row at that rate
+        // would not be computed (it would need α > 0.23), and one at α 0.01 still is not.
+        assert_eq!(auto.worth_extending(&one, 0.15), Some(false));
+        assert_eq!(auto.worth_proposing(&one, 0.15), Some(true));
+        assert_eq!(auto.worth_proposing(&one, 0.01), Some(false));
         assert_eq!(
             auto.worth_extending(&ChainOutlook::new(), unsure),
             Some(false)

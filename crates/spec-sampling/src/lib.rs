@@ -44,12 +44,13 @@
 //!   `E[τ] = (1 − α^{K+1}) / (1 − α)` (Leviathan et al., section 3.4) and `α`, `c` and the
 //!   verification's cost `r(w)` relative to a one-token step estimated from the run (see
 //!   [`AutoLength`]). Once `c` is measured or guessed, a step that drafts ends its chain by the
-//!   same measure taken per draft: draft `i` is proposed only if it raises the chain's
-//!   `E[τ] / (K·c + r(K + 1))`, with `E[τ] = 1 + α_1 + α_1·α_2 + …` (Leviathan et al., eq. 1,
-//!   a rate per position) and `α_i` the rate measured for drafts whose row had draft `i`'s top
-//!   probability (tenths of it; `spec_core::length::ChainOutlook`); and after the first draft a
-//!   row is computed at all only if a draft at the run's mean rate would pay there (a row the rule declines has cost
-//!   a forward for nothing, which a dear draft feels). The rule reads a row before its token is
+//!   same measure taken per draft, with `E[τ] = 1 + α_1 + α_1·α_2 + …` (Leviathan et al., eq. 1,
+//!   a rate per position; `spec_core::length::ChainOutlook`): after the first draft a row is
+//!   computed only if a draft at the run's mean rate would raise the chain's
+//!   `E[τ] / (K·c + r(K + 1))`, and a computed row's draft is proposed only if it raises it at
+//!   `α_i`, the rate measured for drafts whose row had its top probability (tenths of it), the
+//!   row's `c` counted as spent either way (so only the verification's extra width weighs
+//!   against it). The rule reads a row before its token is
 //!   drawn, so which drafts are proposed never depends on their own values; the row it stopped
 //!   at is scored against the step's output when every proposed draft was accepted, a free
 //!   trial. Leviathan's Theorem 3.8 takes `r ≡ 1`; on a CPU scoring `K + 1` tokens

@@ -211,6 +211,31 @@ fn auto_probes_compute_a_draft_row() {
     );
 }
 
+/// A computed row is paid for whether or not its draft is proposed, so with a verification
+/// that costs nothing more per token (given costs: a draft token 0.3 of a target step, 0 a
+/// token verified) `auto` proposes every row it computes, however seldom the tiny draft agrees:
+/// no chain ends at its row's confidence (pricing the row again, as one more draft, would end
+/// chains at every row whose rate is under 0.3). The output is plain decoding's.
+#[test]
+fn auto_proposes_every_row_it_computes_when_verifying_more_is_free() {
+    let c = config(97, 32, 2, 128);
+    let target = model(&c, 3);
+    let options = GenerateOptions::new(60, SamplingConfig::greedy());
+    let plain = generate_plain(&target, PROMPTS[0], &options, &mut |_| {}).unwrap();
+    let mut drafter = DraftModelDrafter::<B>::new(
+        model(&config(97, 16, 1, 128), 8),
+        c.vocab_size,
+        DraftLength::Auto { max: 8 },
+    )
+    .unwrap()
+    .with_fixed_costs(0.3, 0.0);
+    let spec =
+        generate_speculative(&target, &mut drafter, PROMPTS[0], &options, &mut |_| {}).unwrap();
+    assert_eq!(spec.tokens, plain.tokens);
+    assert!(spec.metrics.drafted > 0, "nothing was drafted");
+    assert_eq!(drafter.estimates().chains_stopped, 0);
+}
+
 /// A draft that fell behind (here: five tokens the drafter never saw) catches up in
 /// `accepted`, before the step that drafts, so that step's forwards are its drafts' only (the
 /// engine times `draft` calls as the draft's steps).
