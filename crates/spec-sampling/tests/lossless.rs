@@ -10,7 +10,7 @@ use common::{B, config, model, scaled_model};
 use spec_core::sampling::SamplingConfig;
 use spec_core::tree::TokenTree;
 use spec_core::verify::Verdict;
-use spec_engine::{Drafter, generate_speculative};
+use spec_engine::{Drafter, SpecGeneration, generate_speculative};
 use spec_runtime::{GenerateOptions, generate_plain};
 use spec_sampling::{DraftLength, DraftModelDrafter};
 
@@ -181,6 +181,27 @@ fn auto_times_a_draft_guessed_hopeless_only_now_and_then() {
     }
 }
 
+/// `auto` (at most 8 drafts, costs given: a draft token `c` target steps, `s` more a token
+/// verified) with a tiny draft that seldom agrees, against a 2-layer target: its greedy run of
+/// `tokens` tokens, checked equal to plain decoding's, and the drafter after it.
+fn auto_with_a_tiny_draft(tokens: usize, c: f64, s: f64) -> (SpecGeneration, DraftModelDrafter<B>) {
+    let config_target = config(97, 32, 2, 128);
+    let target = model(&config_target, 3);
+    let options = GenerateOptions::new(tokens, SamplingConfig::greedy());
+    let plain = generate_plain(&target, PROMPTS[0], &options, &mut |_| {}).unwrap();
+    let mut drafter = DraftModelDrafter::<B>::new(
+        model(&config(97, 16, 1, 128), 8),
+        config_target.vocab_size,
+        DraftLength::Auto { max: 8 },
+    )
+    .unwrap()
+    .with_fixed_costs(c, s);
+    let spec =
+        generate_speculative(&target, &mut drafter, PROMPTS[0], &options, &mut |_| {}).unwrap();
+    assert_eq!(spec.tokens, plain.tokens);
+    (spec, drafter)
+}
+
 /// `auto` at costs where drafting does not pay at the run's rate (given: a draft token half a
 /// target step, 0.3 more a token verified; a tiny draft that seldom agrees) decodes plainly and
 /// probes now and then. A probe was chosen to draft, so it computes its first draft row
@@ -188,20 +209,7 @@ fn auto_times_a_draft_guessed_hopeless_only_now_and_then() {
 /// draft); the row's confidence may still decline it. The output is plain decoding's.
 #[test]
 fn auto_probes_compute_a_draft_row() {
-    let c = config(97, 32, 2, 128);
-    let target = model(&c, 3);
-    let options = GenerateOptions::new(150, SamplingConfig::greedy());
-    let plain = generate_plain(&target, PROMPTS[0], &options, &mut |_| {}).unwrap();
-    let mut drafter = DraftModelDrafter::<B>::new(
-        model(&config(97, 16, 1, 128), 8),
-        c.vocab_size,
-        DraftLength::Auto { max: 8 },
-    )
-    .unwrap()
-    .with_fixed_costs(0.5, 0.3);
-    let spec =
-        generate_speculative(&target, &mut drafter, PROMPTS[0], &options, &mut |_| {}).unwrap();
-    assert_eq!(spec.tokens, plain.tokens);
+    let (spec, _) = auto_with_a_tiny_draft(150, 0.5, 0.3);
     let m = &spec.metrics;
     assert!(m.steps > 100, "mostly plain steps: {} steps", m.steps);
     assert!(
@@ -218,20 +226,7 @@ fn auto_probes_compute_a_draft_row() {
 /// chains at every row whose rate is under 0.3). The output is plain decoding's.
 #[test]
 fn auto_proposes_every_row_it_computes_when_verifying_more_is_free() {
-    let c = config(97, 32, 2, 128);
-    let target = model(&c, 3);
-    let options = GenerateOptions::new(60, SamplingConfig::greedy());
-    let plain = generate_plain(&target, PROMPTS[0], &options, &mut |_| {}).unwrap();
-    let mut drafter = DraftModelDrafter::<B>::new(
-        model(&config(97, 16, 1, 128), 8),
-        c.vocab_size,
-        DraftLength::Auto { max: 8 },
-    )
-    .unwrap()
-    .with_fixed_costs(0.3, 0.0);
-    let spec =
-        generate_speculative(&target, &mut drafter, PROMPTS[0], &options, &mut |_| {}).unwrap();
-    assert_eq!(spec.tokens, plain.tokens);
+    let (spec, drafter) = auto_with_a_tiny_draft(60, 0.3, 0.0);
     assert!(spec.metrics.drafted > 0, "nothing was drafted");
     assert_eq!(drafter.estimates().chains_stopped, 0);
 }
