@@ -60,10 +60,9 @@ const DRAFT_PAIR: (&str, &str) = ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b");
 const DEFAULT_METHODS: &str = "plain,prompt-lookup,bigram,sampling,sampling:k=auto";
 const DEFAULT_MAX_NEW_TOKENS: usize = 48;
 const DEFAULT_PER_CATEGORY: usize = 2;
-/// Targets of draft-model methods (Qwen2.5-Coder 1.5B by default, 8-11 tok/s plain on the
-/// reference 2-core CPU against SmolLM2's 60-90) take one prompt per category, at the same
-/// length: short generations would leave the prefill and the first steps to dominate.
-const DRAFT_GROUP_MAX_NEW_TOKENS: usize = 48;
+/// Targets of draft-model methods (Qwen2.5-Coder 1.5B by default, decoding 9.5-10.1 tok/s plain
+/// on the reference 2-core CPU against SmolLM2's 91-92) take one prompt per category, at the same
+/// length: shorter generations would leave the prefill and the first steps to dominate.
 const DRAFT_GROUP_PER_CATEGORY: usize = 1;
 /// `--quick`: one prompt per category, fewer tokens, the n-gram methods on SmolLM2.
 const QUICK_METHODS: &str = "plain,prompt-lookup";
@@ -108,12 +107,11 @@ pub(crate) struct BenchArgs {
     /// draft-weights, target, ngram-max, ngram-min, bigram, history (prompt lookup's
     /// cross-request cache: on, off or tokens); e.g.
     /// `plain,prompt-lookup,sampling:k=auto,sampling:k=8:threshold=0.5,bigram:k=3`. Plain decoding always runs as the
-    /// baseline. Default: plain,prompt-lookup,bigram,sampling (those this build
+    /// baseline. Default: plain,prompt-lookup,bigram,sampling,sampling:k=auto (those this build
     /// lacks, or bigram without `--bigram`, are skipped with a note).
     #[arg(long)]
     methods: Option<String>,
-    /// New tokens per generation (default 48, 16 on the targets of draft-model methods; 32 with
-    /// --quick).
+    /// New tokens per generation (default 48; 32 with --quick).
     #[arg(long)]
     max_new_tokens: Option<usize>,
     /// 0 means greedy (and checks every method against plain decoding).
@@ -287,16 +285,16 @@ fn plan(args: &BenchArgs) -> Result<Plan> {
 }
 
 /// New tokens and questions per category of one target's group: the flags, else the defaults
-/// (smaller for the slow targets of draft-model methods).
+/// (fewer questions for the slow targets of draft-model methods).
 fn group_limits(args: &BenchArgs, methods: &[PlannedMethod]) -> (usize, usize) {
     let heavy = !args.quick
         && methods
             .iter()
             .any(|m| uses_draft_model(&m.method.spec.method));
-    let max_new_tokens = args.max_new_tokens.unwrap_or(match (args.quick, heavy) {
-        (true, _) => QUICK_MAX_NEW_TOKENS,
-        (false, true) => DRAFT_GROUP_MAX_NEW_TOKENS,
-        (false, false) => DEFAULT_MAX_NEW_TOKENS,
+    let max_new_tokens = args.max_new_tokens.unwrap_or(if args.quick {
+        QUICK_MAX_NEW_TOKENS
+    } else {
+        DEFAULT_MAX_NEW_TOKENS
     });
     let per_category = args.per_category.unwrap_or(match (args.quick, heavy) {
         (true, _) | (false, true) => DRAFT_GROUP_PER_CATEGORY,
@@ -1834,7 +1832,7 @@ mod tests {
                 ),
                 (
                     DRAFT_PAIR.0.to_owned(),
-                    vec!["plain".into(), "sampling".into()]
+                    vec!["plain".into(), "sampling".into(), "sampling:k=auto".into()]
                 ),
             ]
         );
@@ -2370,7 +2368,7 @@ mod tests {
         );
         assert_eq!(
             group_limits(&a, &p.groups[1].1),
-            (DRAFT_GROUP_MAX_NEW_TOKENS, DRAFT_GROUP_PER_CATEGORY)
+            (DEFAULT_MAX_NEW_TOKENS, DRAFT_GROUP_PER_CATEGORY)
         );
         let a = args(&["--max-new-tokens", "9", "--per-category", "3"]);
         let p = plan(&a).unwrap();
