@@ -88,6 +88,80 @@ fn check_probabilities<B: Backend>(device: &B::Device) {
     }
 }
 
+/// A row's top probability: the reference's largest probability at temperature 1, NaN for
+/// invalid rows. Rows of Qwen's vocabulary one at a time, as a drafter asks (several such rows
+/// hit burn's wgpu reductions' fault on lavapipe: `wide_reductions`).
+fn check_top_probabilities<B: Backend>(device: &B::Device) {
+    let mut rng = ChaCha8Rng::seed_from_u64(12);
+    let config = SamplingConfig::with_temperature(1.0);
+    for (rows, vocab) in [(4, 1), (4, 2), (4, 7), (4, 1000), (1, 151_936)] {
+        let logits = random_logits(&mut rng, rows, vocab);
+        let got = sampling::top_probabilities(tensor::<B>(&logits, rows, vocab, device));
+        assert_eq!(got.len(), rows);
+        for (row, (got, logits)) in got.iter().zip(rows_f64(&logits, vocab)).enumerate() {
+            let want = reference::probabilities(&logits, &config, Source::Draft, row)
+                .unwrap()
+                .into_iter()
+                .fold(0.0, f64::max);
+            assert!(
+                (got - want).abs() <= 1e-4 * want,
+                "vocab {vocab} row {row}: {got} vs {want}"
+            );
+        }
+    }
+    let (inf, nan) = (f32::INFINITY, f32::NAN);
+    let rows = [
+        [0.0, 0.0, 0.0, -inf],
+        [1.0, nan, 0.0, 0.0],
+        [1.0, inf, 0.0, 0.0],
+        [-inf, -inf, -inf, -inf],
+    ];
+    let got = sampling::top_probabilities(tensor::<B>(rows.as_flattened(), 4, 4, device));
+    assert!((got[0] - 1.0 / 3.0).abs() < 1e-6, "{got:?}");
+    assert!(got[1..].iter().all(|p| p.is_nan()), "{got:?}");
+}
+
+/// Row maxima, argmaxes and sums of `[rows, 151936]` (Qwen's vocabulary: a verification's
+/// logits) against the host's. burn 0.21's wgpu reductions on Mesa's lavapipe fail this at 2,
+/// 4, 6 and 8 rows (docs/ARCHITECTURE.md, "Known backend issue"), so it runs on wgpu only when
+/// asked (`--ignored`).
+fn check_wide_reductions<B: Backend>(device: &B::Device) {
+    let vocab = 151_936;
+    let mut rng = ChaCha8Rng::seed_from_u64(13);
+    for rows in 1..=9 {
+        let values: Vec<f32> = (0..rows * vocab)
+            .map(|_| rng.random_range(-6.0f32..6.0))
+            .collect();
+        let logits = tensor::<B>(&values, rows, vocab, device);
+        let max: Vec<f32> = logits
+            .clone()
+            .max_dim(1)
+            .into_data()
+            .iter::<f32>()
+            .collect();
+        let argmax: Vec<i64> = logits.clone().argmax(1).into_data().iter::<i64>().collect();
+        let ones: Vec<f32> = Tensor::<B, 2>::ones([rows, vocab], device)
+            .sum_dim(1)
+            .into_data()
+            .iter::<f32>()
+            .collect();
+        for (row, values) in values.chunks(vocab).enumerate() {
+            let want = values.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let at = values.iter().position(|&v| v == want);
+            assert_eq!(max[row], want, "{rows} rows: row {row}'s max");
+            assert_eq!(
+                Some(argmax[row] as usize),
+                at,
+                "{rows} rows: row {row}'s argmax"
+            );
+            assert_eq!(
+                ones[row], vocab as f32,
+                "{rows} rows: row {row}'s sum of ones"
+            );
+        }
+    }
+}
+
 /// Random trees, settings and proposals: backend verdicts equal reference verdicts.
 fn check_verification<B: Backend>(device: &B::Device, cases: usize) {
     let mut rng = ChaCha8Rng::seed_from_u64(2024);
@@ -526,6 +600,11 @@ macro_rules! backend_tests {
             }
 
             #[test]
+            fn top_probabilities_match_reference() {
+                check_top_probabilities::<B>(&$device);
+            }
+
+            #[test]
             fn greedy_ties_and_validity_edges() {
                 check_greedy_edges::<B>(&$device);
             }
@@ -545,6 +624,19 @@ macro_rules! backend_tests {
 
 #[cfg(feature = "flex")]
 backend_tests!(flex, burn::backend::Flex, Default::default(), 600);
+
+#[cfg(feature = "flex")]
+#[test]
+fn flex_wide_reductions() {
+    check_wide_reductions::<burn::backend::Flex>(&Default::default());
+}
+
+#[cfg(feature = "wgpu")]
+#[test]
+#[ignore = "burn 0.21's wgpu reductions of [2|4|6|8, 151936] are wrong on Mesa's lavapipe"]
+fn wgpu_wide_reductions() {
+    check_wide_reductions::<burn::backend::Wgpu>(&burn::backend::wgpu::WgpuDevice::default());
+}
 
 #[cfg(feature = "wgpu")]
 backend_tests!(

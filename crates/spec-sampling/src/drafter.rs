@@ -2,12 +2,11 @@
 
 use std::time::Instant;
 
-use burn::tensor::activation::softmax;
 use burn::tensor::{Tensor, backend::Backend};
 use spec_core::error::Source;
 use spec_core::length::{ChainOutlook, ChainTrials};
 use spec_core::rng::SpecRng;
-use spec_core::sampling::{SamplingConfig, probabilities, sample_probabilities};
+use spec_core::sampling::{SamplingConfig, probabilities, sample_probabilities, top_probabilities};
 use spec_core::tree::TokenTree;
 use spec_core::verify::{Proposal, Verdict};
 use spec_engine::{Draft, Drafter, EngineError};
@@ -328,11 +327,9 @@ const CONFIDENCE_NAMES: [&str; AutoLength::CONFIDENCE_BUCKETS] = [
 
 /// The draft model's top probability in a `[1, vocab]` row of logits (softmax at temperature 1).
 fn top_probability<B: Backend>(logits: Tensor<B, 2>) -> f64 {
-    softmax(logits, 1)
-        .max()
-        .into_data()
-        .iter::<f64>()
-        .next()
+    top_probabilities(logits)
+        .first()
+        .copied()
         .unwrap_or(f64::NAN)
 }
 
