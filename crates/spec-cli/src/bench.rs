@@ -38,13 +38,13 @@ use serde::{Deserialize, Serialize};
 use spec_core::metrics::{Metrics, PositionCounts};
 use spec_core::sampling::SamplingConfig;
 use spec_engine::{Drafter, generate_speculative};
-use spec_runtime::model::{LoadOptions, WeightFormat};
+use spec_runtime::model::WeightFormat;
 use spec_runtime::{GenerateOptions, StopReason, load::load_model_with};
 use spec_sampling::{DraftLength, mean_expected_tokens, speedup_bound};
 use spec_tokenizer::{Message, TextTokenizer};
 
 use crate::methods::BenchMethod;
-use crate::{BackendName, DraftModels, load_tokenizer, make_drafter};
+use crate::{BackendName, DraftModels, load_options, load_tokenizer, make_drafter};
 
 /// The project's prompt set (Spec-Bench's `question.jsonl` format), built into the binary.
 const DEFAULT_PROMPTS: &str = include_str!("../../../benches/prompts/spec-bench-mini.jsonl");
@@ -713,11 +713,7 @@ pub(crate) fn run<B: Backend>(args: &BenchArgs, device: &B::Device) -> Result<()
         let path = spec_models::resolve(&target)?;
         let tokenizer = load_tokenizer(&path)?;
         let t = Instant::now();
-        let options = LoadOptions {
-            skinny_format: Some(args.weights),
-            ..Default::default()
-        };
-        let model = load_model_with::<B>(&path, device, options)
+        let model = load_model_with::<B>(&path, device, load_options(args.weights))
             .with_context(|| format!("loading {}", path.display()))?;
         let load_seconds = t.elapsed().as_secs_f64();
         if model.config.vocab_size < tokenizer.vocab_size() {

@@ -252,11 +252,7 @@ fn sampling_drafter<B: Backend>(
             Some(entry) => entry,
             None => {
                 let draft_tokenizer = load_tokenizer(&path)?;
-                let options = LoadOptions {
-                    skinny_format: Some(format),
-                    ..Default::default()
-                };
-                let draft = load_model_with::<B>(&path, device, options)
+                let draft = load_model_with::<B>(&path, device, load_options(format))
                     .with_context(|| format!("loading the draft model {}", path.display()))?;
                 (draft.model, draft_tokenizer)
             }
@@ -415,16 +411,11 @@ fn check_wgpu() -> Result<()> {
         .and_then(|var| NamedAdapter::parse(&var).map(|named| (var, named)));
     if let Some((var, named)) = named {
         let adapters = futures_lite::future::block_on(instance.enumerate_adapters(api.into()));
-        let kinds = adapters.iter().map(|adapter| {
-            use wgpu::DeviceType;
-            match adapter.get_info().device_type {
-                DeviceType::DiscreteGpu => Some(AdapterKind::Discrete),
-                DeviceType::IntegratedGpu => Some(AdapterKind::Integrated),
-                DeviceType::VirtualGpu => Some(AdapterKind::Virtual),
-                DeviceType::Cpu => Some(AdapterKind::Cpu),
-                DeviceType::Other => None,
-            }
-        });
+        // The adapter cubecl will pick: its limits bound the buffers.
+        if let Some(adapter) = named.pick(&adapters, adapter_kind) {
+            note_buffer_limit(adapter);
+        }
+        let kinds = adapters.iter().map(adapter_kind);
         if !named.is_among(kinds) {
             let seen: Vec<String> = adapters
                 .iter()
@@ -443,14 +434,54 @@ fn check_wgpu() -> Result<()> {
         force_fallback_adapter: false,
         compatible_surface: None,
     };
-    futures_lite::future::block_on(instance.request_adapter(&options)).map_err(|e| {
-        anyhow::anyhow!(
-            "wgpu found no {api:?} adapter ({e}): --backend wgpu needs a {api:?} driver (on a \
-             machine without a GPU, Mesa's software one: Debian's mesa-vulkan-drivers); use \
-             --backend flex (the CPU) instead"
-        )
-    })?;
+    let adapter =
+        futures_lite::future::block_on(instance.request_adapter(&options)).map_err(|e| {
+            anyhow::anyhow!(
+                "wgpu found no {api:?} adapter ({e}): --backend wgpu needs a {api:?} driver (on a \
+                 machine without a GPU, Mesa's software one: Debian's mesa-vulkan-drivers); use \
+                 --backend flex (the CPU) instead"
+            )
+        })?;
+    note_buffer_limit(&adapter);
     Ok(())
+}
+
+/// The largest buffer the device of `--backend wgpu` allows (its adapter's largest storage
+/// buffer binding, which cubecl takes as its largest allocation), set by [`check_wgpu`].
+#[cfg(feature = "wgpu")]
+static DEVICE_BUFFER_LIMIT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+
+#[cfg(feature = "wgpu")]
+fn note_buffer_limit(adapter: &wgpu::Adapter) {
+    let limit = adapter.limits().max_storage_buffer_binding_size;
+    DEVICE_BUFFER_LIMIT.get_or_init(|| limit);
+}
+
+#[cfg(feature = "wgpu")]
+fn adapter_kind(adapter: &wgpu::Adapter) -> Option<AdapterKind> {
+    use wgpu::DeviceType;
+    match adapter.get_info().device_type {
+        DeviceType::DiscreteGpu => Some(AdapterKind::Discrete),
+        DeviceType::IntegratedGpu => Some(AdapterKind::Integrated),
+        DeviceType::VirtualGpu => Some(AdapterKind::Virtual),
+        DeviceType::Cpu => Some(AdapterKind::Cpu),
+        DeviceType::Other => None,
+    }
+}
+
+/// How `spec` loads a model whose projections the host path keeps in `format`: within the
+/// device's buffers where `--backend wgpu` found a limit ([`check_wgpu`]), so that a model too
+/// large for them is a clear error at load.
+pub(crate) fn load_options(format: WeightFormat) -> LoadOptions {
+    #[cfg(feature = "wgpu")]
+    let max_buffer_bytes = DEVICE_BUFFER_LIMIT.get().copied();
+    #[cfg(not(feature = "wgpu"))]
+    let max_buffer_bytes = None;
+    LoadOptions {
+        skinny_format: Some(format),
+        max_buffer_bytes,
+        ..Default::default()
+    }
 }
 
 /// The variable through which cubecl's default wgpu device can be named, spelled as its
@@ -500,18 +531,22 @@ impl NamedAdapter {
     }
 
     /// Whether cubecl finds this adapter among `kinds` (each adapter's kind, `None` for
-    /// wgpu's `Other`): the `index`-th of its kind, or failing that the `index`-th of those
-    /// of no kind.
+    /// wgpu's `Other`; see [`NamedAdapter::pick`]).
     fn is_among(self, kinds: impl IntoIterator<Item = Option<AdapterKind>>) -> bool {
-        let (mut same, mut other) = (0, 0);
-        for kind in kinds {
-            match kind {
-                Some(kind) if kind == self.kind => same += 1,
-                Some(_) => {}
-                None => other += 1,
-            }
-        }
-        same > self.index || other > self.index
+        let kinds: Vec<_> = kinds.into_iter().collect();
+        self.pick(&kinds, |&kind| kind).is_some()
+    }
+
+    /// The adapter cubecl finds in `adapters`, whose kinds `kind` tells (`None` for wgpu's
+    /// `Other`): the `index`-th of this kind, or failing that the `index`-th of no kind.
+    fn pick<T>(self, adapters: &[T], kind: impl Fn(&T) -> Option<AdapterKind>) -> Option<&T> {
+        let of = |wanted: Option<AdapterKind>| {
+            adapters
+                .iter()
+                .filter(|adapter| kind(adapter) == wanted)
+                .nth(self.index)
+        };
+        of(Some(self.kind)).or_else(|| of(None))
     }
 }
 
@@ -538,11 +573,7 @@ fn generate<B: Backend>(args: &GenerateArgs, device: &B::Device) -> Result<()> {
         prompt_text
     };
     let prompt = tokenizer.encode(&text, true)?;
-    let options = LoadOptions {
-        skinny_format: Some(args.weights),
-        ..Default::default()
-    };
-    let loaded = load_model_with::<B>(&path, device, options)
+    let loaded = load_model_with::<B>(&path, device, load_options(args.weights))
         .with_context(|| format!("loading {}", path.display()))?;
     if loaded.config.vocab_size < tokenizer.vocab_size() {
         bail!(
@@ -688,5 +719,15 @@ mod tests {
         assert!(gpu0.is_among([Some(Cpu), None]));
         assert!(!gpu1.is_among([Some(Cpu), None]));
         assert!(gpu1.is_among([None, None]));
+        // Which one: the second discrete adapter, or the second of no kind.
+        let adapters = [
+            ("cpu", Some(Cpu)),
+            ("a", Some(Discrete)),
+            ("b", Some(Discrete)),
+        ];
+        assert_eq!(gpu1.pick(&adapters, |a| a.1), Some(&adapters[2]));
+        let adapters = [("cpu", Some(Cpu)), ("x", None), ("y", None)];
+        assert_eq!(gpu1.pick(&adapters, |a| a.1), Some(&adapters[2]));
+        assert_eq!(gpu0.pick(&adapters, |a| a.1), Some(&adapters[1]));
     }
 }

@@ -85,6 +85,25 @@ impl ModelConfig {
         self.vocab_size * h + self.num_layers * layer + h + head
     }
 
+    /// Fails with [`RuntimeError::WeightTooLarge`] where one weight in f32 takes more than
+    /// `limit` bytes (a device's largest buffer; see `LoadOptions::max_buffer_bytes`).
+    pub fn check_buffer_limit(&self, limit: u64) -> Result<()> {
+        let h = self.hidden_size;
+        let weights = [
+            ("token embedding", self.vocab_size * h),
+            ("MLP projections", self.intermediate_size * h),
+            ("query projection", self.num_heads * self.head_dim * h),
+        ];
+        let Some((name, elements)) = weights.into_iter().max_by_key(|&(_, n)| n) else {
+            return Ok(());
+        };
+        let bytes = elements as u64 * 4;
+        if bytes > limit {
+            return Err(RuntimeError::WeightTooLarge { name, bytes, limit });
+        }
+        Ok(())
+    }
+
     /// Reads the configuration from GGUF metadata (`general.architecture` and `<arch>.*` keys).
     pub fn from_gguf(file: &spec_gguf::GgufFile) -> Result<Self> {
         let arch_name = file

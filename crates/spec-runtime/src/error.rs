@@ -46,4 +46,13 @@ pub enum RuntimeError {
     Sampling(#[from] spec_core::error::SpecError),
     #[error("invalid forward request: {0}")]
     InvalidRequest(String),
+    #[error(
+        "the model's {name} takes {bytes} bytes in f32, more than the {limit} bytes this device \
+         holds in one buffer"
+    )]
+    WeightTooLarge {
+        name: &'static str,
+        bytes: u64,
+        limit: u64,
+    },
 }

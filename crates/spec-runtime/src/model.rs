@@ -521,6 +521,12 @@ pub struct LoadOptions {
     /// as other matrices are (Q4_K as Q4 blocks, Q6_K as Q8_0, or rounded to Q4 blocks in
     /// `Q4A8Lossy`; activations rounded one step a block of 32).
     pub keep_superblocks: bool,
+    /// The most bytes the device holds in one buffer (on wgpu, the adapter's largest storage
+    /// buffer binding: 512 MiB on Mesa's lavapipe). A model with a weight larger in f32 (the
+    /// Qwen2.5 0.5B's embedding: 544.5 MB) is refused at load with
+    /// [`RuntimeError::WeightTooLarge`]; loaded anyway, it failed later in the backend's device
+    /// thread, and the first read of a result panicked.
+    pub max_buffer_bytes: Option<u64>,
 }
 
 impl Default for LoadOptions {
@@ -529,6 +535,7 @@ impl Default for LoadOptions {
             skinny_format: Some(WeightFormat::F32),
             keep_unpacked: false,
             keep_superblocks: true,
+            max_buffer_bytes: None,
         }
     }
 }
@@ -854,6 +861,9 @@ impl<B: Backend> Transformer<B> {
         options: LoadOptions,
     ) -> Result<Self> {
         config.validate()?;
+        if let Some(limit) = options.max_buffer_bytes {
+            config.check_buffer_limit(limit)?;
+        }
         let (hd, h, kv, ff) = (
             config.hidden_size,
             config.num_heads * config.head_dim,

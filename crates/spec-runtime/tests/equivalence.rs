@@ -336,3 +336,29 @@ backend_tests!(
     burn::backend::cuda::CudaDevice::default(),
     TF32_TOLERANCE
 );
+
+/// A weight larger than the device's buffers is refused at load, naming it, rather than failing
+/// later in the backend's device thread; at the limit the model loads.
+#[cfg(feature = "flex")]
+#[test]
+fn a_weight_over_the_buffer_limit_is_refused_at_load() {
+    use spec_runtime::model::LoadOptions;
+    type B = burn::backend::Flex;
+    let config = config(Architecture::Qwen2);
+    // The largest weight: the 61 × 32 embedding, 7,808 bytes in f32.
+    let load = |limit: u64| {
+        let mut source = RandomSource::new(config.clone(), 7);
+        let options = LoadOptions {
+            max_buffer_bytes: Some(limit),
+            ..LoadOptions::default()
+        };
+        Transformer::<B>::load_with(&config, &mut source, &Default::default(), options)
+    };
+    match load(7_807) {
+        Err(RuntimeError::WeightTooLarge { name, bytes, limit }) => {
+            assert_eq!((name, bytes, limit), ("token embedding", 7_808, 7_807));
+        }
+        other => panic!("expected WeightTooLarge, got {:?}", other.map(|_| ())),
+    }
+    assert!(load(7_808).is_ok());
+}
