@@ -448,6 +448,8 @@ fn check_wgpu() -> Result<()> {
 
 /// The largest buffer the device of `--backend wgpu` allows (its adapter's largest storage
 /// buffer binding, which cubecl takes as its largest allocation), set by [`check_wgpu`].
+/// cubecl's Vulkan path lifts that limit on a device with 64-bit shader indexing, where this
+/// check may then refuse a model the device could hold; lavapipe has none.
 #[cfg(feature = "wgpu")]
 static DEVICE_BUFFER_LIMIT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
 

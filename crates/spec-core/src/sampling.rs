@@ -216,7 +216,7 @@ pub(crate) fn probabilities_unchecked<B: Backend>(
 /// with a NaN or `+inf` entry or with every entry `-inf`.
 ///
 /// The same four ops as [`probabilities`], not burn's `softmax` then `max`: on flex a
-/// 151,936-entry row took 250 µs so against 450 µs (docs/benchmarks.md, forty-fourth session),
+/// 151,936-entry row took 250 µs against 450 µs (docs/benchmarks.md, forty-fourth session),
 /// a share of a small draft model's step that a drafter asking this every row would pay.
 pub fn top_probabilities<B: Backend>(logits: Tensor<B, 2>) -> Vec<f64> {
     let max = logits.clone().max_dim(1);

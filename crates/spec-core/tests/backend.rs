@@ -90,7 +90,7 @@ fn check_probabilities<B: Backend>(device: &B::Device) {
 
 /// A row's top probability: the reference's largest probability at temperature 1, NaN for
 /// invalid rows. Rows of Qwen's vocabulary one at a time, as a drafter asks (several such rows
-/// hit burn's wgpu reductions' fault on lavapipe: `wide_reductions`).
+/// hit burn's wgpu reductions' fault on lavapipe: `check_wide_reductions`).
 fn check_top_probabilities<B: Backend>(device: &B::Device) {
     let mut rng = ChaCha8Rng::seed_from_u64(12);
     let config = SamplingConfig::with_temperature(1.0);

@@ -522,7 +522,7 @@ pub struct LoadOptions {
     /// `Q4A8Lossy`; activations rounded one step a block of 32).
     pub keep_superblocks: bool,
     /// The most bytes the device holds in one buffer (on wgpu, the adapter's largest storage
-    /// buffer binding: 512 MiB on Mesa's lavapipe). A model with a weight larger in f32 (the
+    /// buffer binding: 128 MiB on Mesa's lavapipe). A model with a weight larger in f32 (the
     /// Qwen2.5 0.5B's embedding: 544.5 MB) is refused at load with
     /// [`RuntimeError::WeightTooLarge`]; loaded anyway, it failed later in the backend's device
     /// thread, and the first read of a result panicked.
