@@ -176,13 +176,10 @@ pub(crate) fn probabilities_unchecked<B: Backend>(
     } else {
         logits.div_scalar(config.temperature)
     };
-    // Not burn's `softmax`: flex's fused kernel measured 2-3x slower than these four ops on `[6, V]`
-    // rows (its exp loop is single-threaded and slower per element). An invalid row comes out NaN
-    // everywhere: its denominator is NaN (a NaN or `+inf` entry gives a NaN term; a row of `-inf`
-    // gives `-inf - -inf` on flex and 0 / 0 where `max_dim` returns the lowest finite f32).
-    let max = scaled.clone().max_dim(1);
-    let exp = (scaled - max).exp();
-    let denominator = exp.clone().sum_dim(1);
+    // An invalid row comes out NaN everywhere: its denominator is NaN (a NaN or `+inf` entry
+    // gives a NaN term; a row of `-inf` gives `-inf - -inf` on flex and 0 / 0 where `max_dim`
+    // returns the lowest finite f32).
+    let (exp, denominator) = shifted_exp(scaled);
     let top_k = config.effective_top_k(vocab);
     if top_k.is_none() && config.effective_top_p().is_none() && config.effective_min_p().is_none() {
         return exp / denominator;
@@ -211,16 +208,26 @@ pub(crate) fn probabilities_unchecked<B: Backend>(
     Tensor::from_data(TensorData::new(values, [rows, vocab]), &device)
 }
 
+/// `exp(l − max)` of each row and its sum `[rows, 1]`: softmax's numerator and denominator. Not
+/// burn's `softmax`: flex's fused kernel measured 2-3x slower than these four ops on `[6, V]`
+/// rows (its exp loop is single-threaded and slower per element).
+fn shifted_exp<B: Backend>(logits: Tensor<B, 2>) -> (Tensor<B, 2>, Tensor<B, 2>) {
+    let max = logits.clone().max_dim(1);
+    let exp = (logits - max).exp();
+    let sum = exp.clone().sum_dim(1);
+    (exp, sum)
+}
+
 /// Each row's largest probability under `softmax(logits)` at temperature 1, `1 / Σ exp(l − max)`
 /// (the max contributes 1 to the sum): a draft model's confidence in its row. NaN for a row
 /// with a NaN or `+inf` entry or with every entry `-inf`.
 ///
-/// The same four ops as [`probabilities`], not burn's `softmax` then `max`: on flex a
-/// 151,936-entry row took 250 µs against 450 µs (docs/benchmarks.md, forty-fourth session),
-/// a share of a small draft model's step that a drafter asking this every row would pay.
+/// The same four ops as [`probabilities`] ([`shifted_exp`]), not burn's `softmax` then `max`:
+/// on flex a 151,936-entry row took 250 µs against 450 µs (docs/benchmarks.md, forty-fourth
+/// session), a share of a small draft model's step that a drafter asking this every row would
+/// pay.
 pub fn top_probabilities<B: Backend>(logits: Tensor<B, 2>) -> Vec<f64> {
-    let max = logits.clone().max_dim(1);
-    let denominator = (logits - max).exp().sum_dim(1);
+    let (_, denominator) = shifted_exp(logits);
     denominator
         .into_data()
         .iter::<f64>()

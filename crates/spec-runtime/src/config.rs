@@ -94,14 +94,16 @@ impl ModelConfig {
             ("MLP projections", self.intermediate_size * h),
             ("query projection", self.num_heads * self.head_dim * h),
         ];
-        let Some((name, elements)) = weights.into_iter().max_by_key(|&(_, n)| n) else {
-            return Ok(());
-        };
-        let bytes = elements as u64 * 4;
-        if bytes > limit {
-            return Err(RuntimeError::WeightTooLarge { name, bytes, limit });
+        let largest = weights
+            .into_iter()
+            .map(|(name, n)| (name, n as u64 * 4))
+            .max_by_key(|&(_, bytes)| bytes);
+        match largest {
+            Some((name, bytes)) if bytes > limit => {
+                Err(RuntimeError::WeightTooLarge { name, bytes, limit })
+            }
+            _ => Ok(()),
         }
-        Ok(())
     }
 
     /// Reads the configuration from GGUF metadata (`general.architecture` and `<arch>.*` keys).
