@@ -44,7 +44,7 @@ use spec_sampling::{DraftLength, mean_expected_tokens, speedup_bound};
 use spec_tokenizer::{Message, TextTokenizer};
 
 use crate::methods::BenchMethod;
-use crate::{BackendName, DraftModels, load_options, load_tokenizer, make_drafter};
+use crate::{BackendName, DeviceLimits, DraftModels, load_tokenizer, make_drafter};
 
 /// The project's prompt set (Spec-Bench's `question.jsonl` format), built into the binary.
 const DEFAULT_PROMPTS: &str = include_str!("../../../benches/prompts/spec-bench-mini.jsonl");
@@ -667,7 +667,11 @@ struct Group<B: Backend> {
 }
 
 /// Runs `spec bench`.
-pub(crate) fn run<B: Backend>(args: &BenchArgs, device: &B::Device) -> Result<()> {
+pub(crate) fn run<B: Backend>(
+    args: &BenchArgs,
+    device: &B::Device,
+    limits: DeviceLimits,
+) -> Result<()> {
     let mut plan = plan(args)?;
     if args.list_models {
         let mut names = BTreeSet::new();
@@ -713,7 +717,7 @@ pub(crate) fn run<B: Backend>(args: &BenchArgs, device: &B::Device) -> Result<()
         let path = spec_models::resolve(&target)?;
         let tokenizer = load_tokenizer(&path)?;
         let t = Instant::now();
-        let model = load_model_with::<B>(&path, device, load_options(args.weights))
+        let model = load_model_with::<B>(&path, device, limits.load_options(args.weights))
             .with_context(|| format!("loading {}", path.display()))?;
         let load_seconds = t.elapsed().as_secs_f64();
         if model.config.vocab_size < tokenizer.vocab_size() {
@@ -743,7 +747,7 @@ pub(crate) fn run<B: Backend>(args: &BenchArgs, device: &B::Device) -> Result<()
         }
         let mut built = Vec::new();
         let mut setup_seconds = BTreeMap::new();
-        let mut drafts = DraftModels::default();
+        let mut drafts = DraftModels::new(limits);
         for planned in methods {
             let t = Instant::now();
             match make_drafter(

@@ -202,11 +202,18 @@ type LoadedDraft<B> = (spec_runtime::Transformer<B>, TextTokenizer);
 
 /// Draft models loaded so far, by path and weight format: methods that share a draft model (a
 /// bench sweeping K) share its weights, since cloning a loaded model only counts references.
-struct DraftModels<B: Backend>(std::collections::HashMap<(PathBuf, WeightFormat), LoadedDraft<B>>);
+struct DraftModels<B: Backend> {
+    loaded: std::collections::HashMap<(PathBuf, WeightFormat), LoadedDraft<B>>,
+    /// The device the draft models are loaded onto, as far as loading them cares.
+    limits: DeviceLimits,
+}
 
-impl<B: Backend> Default for DraftModels<B> {
-    fn default() -> Self {
-        Self(std::collections::HashMap::new())
+impl<B: Backend> DraftModels<B> {
+    fn new(limits: DeviceLimits) -> Self {
+        Self {
+            loaded: std::collections::HashMap::new(),
+            limits,
+        }
     }
 }
 
@@ -236,30 +243,33 @@ fn sampling_drafter<B: Backend>(
     let path = spec_models::resolve(name)?;
     let format = args.draft_weights.unwrap_or(DEFAULT_DRAFT_WEIGHTS);
     let key = (path.clone(), format);
-    if !drafts.0.contains_key(&key) {
+    if !drafts.loaded.contains_key(&key) {
         // Another format of a checkpoint already loaded is a repack of the same weights when
         // that copy holds them exactly (f32); otherwise the checkpoint is read again.
-        let repacked = drafts.0.iter().find(|((p, _), _)| *p == path).and_then(
-            |(_, (model, draft_tokenizer))| {
+        let repacked = drafts
+            .loaded
+            .iter()
+            .find(|((p, _), _)| *p == path)
+            .and_then(|(_, (model, draft_tokenizer))| {
                 let mut model = model.clone();
                 model
                     .pack(format)
                     .ok()
                     .map(|()| (model, draft_tokenizer.clone()))
-            },
-        );
+            });
         let entry = match repacked {
             Some(entry) => entry,
             None => {
                 let draft_tokenizer = load_tokenizer(&path)?;
-                let draft = load_model_with::<B>(&path, device, load_options(format))
+                let options = drafts.limits.load_options(format);
+                let draft = load_model_with::<B>(&path, device, options)
                     .with_context(|| format!("loading the draft model {}", path.display()))?;
                 (draft.model, draft_tokenizer)
             }
         };
-        drafts.0.insert(key.clone(), entry);
+        drafts.loaded.insert(key.clone(), entry);
     }
-    let Some((draft, draft_tokenizer)) = drafts.0.get(&key) else {
+    let Some((draft, draft_tokenizer)) = drafts.loaded.get(&key) else {
         bail!("draft model {} vanished from the cache", path.display());
     };
     let drafter = spec_sampling::DraftModelDrafter::with_tokenizers(
@@ -330,16 +340,18 @@ fn main() -> Result<()> {
         Command::BenchForward(args) => bench_forward::run(&args),
         Command::Bench(args) => match args.backend {
             #[cfg(feature = "flex")]
-            BackendName::Flex => bench::run::<burn::backend::Flex>(&args, &Default::default()),
+            BackendName::Flex => {
+                bench::run::<burn::backend::Flex>(&args, &Default::default(), DeviceLimits::NONE)
+            }
             #[cfg(feature = "wgpu")]
             BackendName::Wgpu => {
-                check_wgpu()?;
-                bench::run::<burn::backend::Wgpu>(&args, &Default::default())
+                let limits = check_wgpu()?;
+                bench::run::<burn::backend::Wgpu>(&args, &Default::default(), limits)
             }
             #[cfg(feature = "cuda")]
             BackendName::Cuda => {
                 check_cuda()?;
-                bench::run::<burn::backend::Cuda>(&args, &Default::default())
+                bench::run::<burn::backend::Cuda>(&args, &Default::default(), DeviceLimits::NONE)
             }
             #[allow(unreachable_patterns)]
             other => bail!(
@@ -349,16 +361,18 @@ fn main() -> Result<()> {
         },
         Command::Generate(args) => match args.backend {
             #[cfg(feature = "flex")]
-            BackendName::Flex => generate::<burn::backend::Flex>(&args, &Default::default()),
+            BackendName::Flex => {
+                generate::<burn::backend::Flex>(&args, &Default::default(), DeviceLimits::NONE)
+            }
             #[cfg(feature = "wgpu")]
             BackendName::Wgpu => {
-                check_wgpu()?;
-                generate::<burn::backend::Wgpu>(&args, &Default::default())
+                let limits = check_wgpu()?;
+                generate::<burn::backend::Wgpu>(&args, &Default::default(), limits)
             }
             #[cfg(feature = "cuda")]
             BackendName::Cuda => {
                 check_cuda()?;
-                generate::<burn::backend::Cuda>(&args, &Default::default())
+                generate::<burn::backend::Cuda>(&args, &Default::default(), DeviceLimits::NONE)
             }
             #[allow(unreachable_patterns)]
             other => bail!(
@@ -397,9 +411,10 @@ fn check_cuda() -> Result<()> {
 /// Linux), asked for as cubecl asks when the backend starts: cubecl panics where there is none
 /// ("No possible adapter available"), so `--backend wgpu` asks first. Where
 /// [`WGPU_DEVICE_VAR`] names a device, cubecl takes it from the list of adapters instead
-/// (panicking where that one is missing), and so does this check.
+/// (panicking where that one is missing), and so does this check. Returns the limits of the
+/// adapter cubecl will pick, which bound the models' buffers.
 #[cfg(feature = "wgpu")]
-fn check_wgpu() -> Result<()> {
+fn check_wgpu() -> Result<DeviceLimits> {
     use burn::backend::wgpu::graphics::{AutoGraphicsApi, GraphicsApi};
     let api = AutoGraphicsApi::backend();
     let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
@@ -411,12 +426,7 @@ fn check_wgpu() -> Result<()> {
         .and_then(|var| NamedAdapter::parse(&var).map(|named| (var, named)));
     if let Some((var, named)) = named {
         let adapters = futures_lite::future::block_on(instance.enumerate_adapters(api.into()));
-        // The adapter cubecl will pick: its limits bound the buffers.
-        if let Some(adapter) = named.pick(&adapters, adapter_kind) {
-            note_buffer_limit(adapter);
-        }
-        let kinds = adapters.iter().map(adapter_kind);
-        if !named.is_among(kinds) {
+        let Some(adapter) = named.pick(&adapters, adapter_kind) else {
             let seen: Vec<String> = adapters
                 .iter()
                 .map(|adapter| format!("{:?}", adapter.get_info().device_type))
@@ -426,8 +436,8 @@ fn check_wgpu() -> Result<()> {
                  name one it sees, or unset {WGPU_DEVICE_VAR} for wgpu's default",
                 seen.join(", ")
             );
-        }
-        return Ok(());
+        };
+        return Ok(DeviceLimits::of_adapter(adapter));
     }
     let options = wgpu::RequestAdapterOptions {
         power_preference: wgpu::PowerPreference::HighPerformance,
@@ -442,21 +452,7 @@ fn check_wgpu() -> Result<()> {
                  --backend flex (the CPU) instead"
             )
         })?;
-    note_buffer_limit(&adapter);
-    Ok(())
-}
-
-/// The largest buffer the device of `--backend wgpu` allows (its adapter's largest storage
-/// buffer binding, which cubecl takes as its largest allocation), set by [`check_wgpu`].
-/// cubecl's Vulkan path lifts that limit on a device with 64-bit shader indexing, where this
-/// check may then refuse a model the device could hold; lavapipe has none.
-#[cfg(feature = "wgpu")]
-static DEVICE_BUFFER_LIMIT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-
-#[cfg(feature = "wgpu")]
-fn note_buffer_limit(adapter: &wgpu::Adapter) {
-    let limit = adapter.limits().max_storage_buffer_binding_size;
-    DEVICE_BUFFER_LIMIT.get_or_init(|| limit);
+    Ok(DeviceLimits::of_adapter(&adapter))
 }
 
 #[cfg(feature = "wgpu")]
@@ -471,18 +467,38 @@ fn adapter_kind(adapter: &wgpu::Adapter) -> Option<AdapterKind> {
     }
 }
 
-/// How `spec` loads a model whose projections the host path keeps in `format`: within the
-/// device's buffers where `--backend wgpu` found a limit ([`check_wgpu`]), so that a model too
-/// large for them is a clear error at load.
-pub(crate) fn load_options(format: WeightFormat) -> LoadOptions {
+/// What loading a model must respect of the device it goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct DeviceLimits {
+    /// The largest buffer the device allows, where it has a limit `spec` knows of.
+    max_buffer_bytes: Option<u64>,
+}
+
+impl DeviceLimits {
+    /// No limit known (flex; cuda, whose buffers are bounded by the GPU's memory alone).
+    pub(crate) const NONE: Self = Self {
+        max_buffer_bytes: None,
+    };
+
+    /// The limits of the wgpu adapter cubecl starts on: its largest storage buffer binding,
+    /// which cubecl takes as its largest allocation. cubecl's Vulkan path lifts that limit on a
+    /// device with 64-bit shader indexing, where this may then refuse a model the device could
+    /// hold; lavapipe has none.
     #[cfg(feature = "wgpu")]
-    let max_buffer_bytes = DEVICE_BUFFER_LIMIT.get().copied();
-    #[cfg(not(feature = "wgpu"))]
-    let max_buffer_bytes = None;
-    LoadOptions {
-        skinny_format: Some(format),
-        max_buffer_bytes,
-        ..Default::default()
+    fn of_adapter(adapter: &wgpu::Adapter) -> Self {
+        Self {
+            max_buffer_bytes: Some(adapter.limits().max_storage_buffer_binding_size),
+        }
+    }
+
+    /// How `spec` loads a model whose projections the host path keeps in `format` onto this
+    /// device: a model with a weight too large for its buffers is a clear error at load.
+    pub(crate) fn load_options(self, format: WeightFormat) -> LoadOptions {
+        LoadOptions {
+            skinny_format: Some(format),
+            max_buffer_bytes: self.max_buffer_bytes,
+            ..Default::default()
+        }
     }
 }
 
@@ -532,13 +548,6 @@ impl NamedAdapter {
         })
     }
 
-    /// Whether cubecl finds this adapter among `kinds` (each adapter's kind, `None` for
-    /// wgpu's `Other`; see [`NamedAdapter::pick`]).
-    fn is_among(self, kinds: impl IntoIterator<Item = Option<AdapterKind>>) -> bool {
-        let kinds: Vec<_> = kinds.into_iter().collect();
-        self.pick(&kinds, |&kind| kind).is_some()
-    }
-
     /// The adapter cubecl finds in `adapters`, whose kinds `kind` tells (`None` for wgpu's
     /// `Other`): the `index`-th of this kind, or failing that the `index`-th of no kind.
     fn pick<T>(self, adapters: &[T], kind: impl Fn(&T) -> Option<AdapterKind>) -> Option<&T> {
@@ -552,7 +561,11 @@ impl NamedAdapter {
     }
 }
 
-fn generate<B: Backend>(args: &GenerateArgs, device: &B::Device) -> Result<()> {
+fn generate<B: Backend>(
+    args: &GenerateArgs,
+    device: &B::Device,
+    limits: DeviceLimits,
+) -> Result<()> {
     let sampling = SamplingConfig {
         temperature: args.temperature,
         top_k: args.top_k,
@@ -575,7 +588,7 @@ fn generate<B: Backend>(args: &GenerateArgs, device: &B::Device) -> Result<()> {
         prompt_text
     };
     let prompt = tokenizer.encode(&text, true)?;
-    let loaded = load_model_with::<B>(&path, device, load_options(args.weights))
+    let loaded = load_model_with::<B>(&path, device, limits.load_options(args.weights))
         .with_context(|| format!("loading {}", path.display()))?;
     if loaded.config.vocab_size < tokenizer.vocab_size() {
         bail!(
@@ -592,7 +605,7 @@ fn generate<B: Backend>(args: &GenerateArgs, device: &B::Device) -> Result<()> {
         &loaded,
         &tokenizer,
         device,
-        &mut DraftModels::default(),
+        &mut DraftModels::new(limits),
     )?;
     let mut stream = tokenizer.stream_skip_special();
     let mut stdout = std::io::stdout().lock();
@@ -712,15 +725,19 @@ mod tests {
         let cpu = NamedAdapter::parse("Cpu").unwrap();
         let gpu0 = NamedAdapter::parse("DiscreteGpu(0)").unwrap();
         let gpu1 = NamedAdapter::parse("DiscreteGpu(1)").unwrap();
-        assert!(cpu.is_among(lavapipe));
-        assert!(!gpu0.is_among(lavapipe));
-        assert!(!cpu.is_among([]));
-        assert!(gpu0.is_among([Some(Cpu), Some(Discrete)]));
-        assert!(!gpu1.is_among([Some(Cpu), Some(Discrete)]));
+        // Whether cubecl finds the named adapter among adapters of these kinds.
+        let is_among = |named: NamedAdapter, kinds: &[Option<AdapterKind>]| {
+            named.pick(kinds, |&kind| kind).is_some()
+        };
+        assert!(is_among(cpu, &lavapipe));
+        assert!(!is_among(gpu0, &lavapipe));
+        assert!(!is_among(cpu, &[]));
+        assert!(is_among(gpu0, &[Some(Cpu), Some(Discrete)]));
+        assert!(!is_among(gpu1, &[Some(Cpu), Some(Discrete)]));
         // Adapters of no kind stand in for a missing one, by the same index.
-        assert!(gpu0.is_among([Some(Cpu), None]));
-        assert!(!gpu1.is_among([Some(Cpu), None]));
-        assert!(gpu1.is_among([None, None]));
+        assert!(is_among(gpu0, &[Some(Cpu), None]));
+        assert!(!is_among(gpu1, &[Some(Cpu), None]));
+        assert!(is_among(gpu1, &[None, None]));
         // Which one: the second discrete adapter, or the second of no kind.
         let adapters = [
             ("cpu", Some(Cpu)),

@@ -1,7 +1,9 @@
 //! `spec --backend wgpu` asks wgpu for an adapter before burn's backend starts (which panics
 //! without one): run as a program, with the Vulkan driver hidden, a device named that is not
 //! there, and (with Mesa's software driver, which `cargo xtask test` installs) one that is.
-//! Nothing here loads a model: a missing model's own error shows that the check let it by.
+//! A missing model's own error shows that the check let it by. The adapter's buffer limit
+//! reaches the model's load: the Qwen2.5 0.5B, whose embedding outgrows lavapipe's buffers, is
+//! refused there with the weight named.
 #![cfg(feature = "wgpu")]
 
 mod wgpu {
@@ -9,9 +11,14 @@ mod wgpu {
 
     /// `spec generate --backend wgpu` on a model that does not exist, with `env` set.
     fn generate(env: &[(&str, &str)]) -> Output {
+        generate_with("/nonexistent/model.gguf", env)
+    }
+
+    /// `spec generate --backend wgpu --model model`, with `env` set.
+    fn generate_with(model: &str, env: &[(&str, &str)]) -> Output {
         Command::new(env!("CARGO_BIN_EXE_spec"))
             .args(["generate", "--backend", "wgpu", "--prompt", "hi", "--model"])
-            .arg("/nonexistent/model.gguf")
+            .arg(model)
             .env_remove("CUBECL_WGPU_DEFAULT_DEVICE")
             .envs(env.iter().copied())
             .env("RUST_BACKTRACE", "0")
@@ -56,5 +63,29 @@ mod wgpu {
             "{stderr}"
         );
         assert!(!stderr.contains(MODEL_ERROR), "{stderr}");
+    }
+
+    #[test]
+    fn a_model_too_large_for_the_adapters_buffers_is_refused_at_load() {
+        let model = "qwen2.5-coder-0.5b";
+        if let Err(e) = spec_models::resolve(model) {
+            assert!(
+                std::env::var("SPEC_REQUIRE_MODELS").as_deref() != Ok("1"),
+                "SPEC_REQUIRE_MODELS=1 but {e}"
+            );
+            eprintln!("skipping: {e}");
+            return;
+        }
+        // lavapipe's largest storage buffer binding is 134,217,728 bytes; the embedding is
+        // 151,936 × 896 values, 544,538,624 bytes in f32.
+        let stderr = failure(&generate_with(model, &[]));
+        assert!(
+            stderr.contains("token embedding takes 544538624 bytes in f32"),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains("134217728 bytes this device holds"),
+            "{stderr}"
+        );
     }
 }
