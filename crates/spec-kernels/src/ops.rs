@@ -95,6 +95,9 @@ pub fn attention_with(
         bias,
     };
     let simd = isa != Isa::Scalar && crate::avx2::available();
+    // AVX-512 pairs two (head, row) pairs in one register where the caller did not ask for
+    // AVX2 alone: the same bits as AVX2 (see `simd_imp::Wide`).
+    let wide = isa == Isa::Auto;
     // Query heads that share a kv head run in one part, which keeps that head's keys and values
     // in cache; groups are split so that two threads get at least four parts.
     let group = s.heads / s.kv_heads;
@@ -110,7 +113,7 @@ pub fn attention_with(
     let part = |heads: Range<usize>| -> Vec<f32> {
         let mut out = vec![0.0f32; heads.len() * s.rows * d];
         if simd {
-            simd_imp::attend_heads_simd(&inputs, heads, &mut out);
+            simd_imp::attend_heads_simd(&inputs, heads, &mut out, wide);
         } else {
             attend_heads(Portable, &inputs, heads, &mut out);
         }
@@ -257,11 +260,33 @@ struct Inputs<'a> {
 trait Lanes: Copy {
     /// `out[j] = q · keys[j]` for the `out.len()` keys of `keys` (`[_, d]`).
     fn scores(self, q: &[f32], keys: &[f32], d: usize, out: &mut [f32]);
+    /// `row[j] = row[j] · scale + bias[j]`, then the largest of them (NaNs ignored, as
+    /// `f32::max` does; a zero's sign is immaterial to the shift it becomes).
+    fn scale_bias_max(self, row: &mut [f32], bias: &[f32], scale: f32) -> f32;
     /// `xs[j] = e^(xs[j] − shift)`.
     fn exp_shifted(self, xs: &mut [f32], shift: f32);
     /// `out += Σ_j weights[j] · values[j]` in position order, skipping zero weights (masked
     /// positions), over the `weights.len()` rows of `values` (`[_, d]`).
     fn weighted_sum(self, weights: &[f32], values: &[f32], d: usize, out: &mut [f32]);
+    /// [`Lanes::scores`] of two queries against the same keys, each bit for bit as alone.
+    fn scores_pair(self, q: [&[f32]; 2], keys: &[f32], d: usize, out: [&mut [f32]; 2]) {
+        let [out_a, out_b] = out;
+        self.scores(q[0], keys, d, out_a);
+        self.scores(q[1], keys, d, out_b);
+    }
+    /// [`Lanes::weighted_sum`] of two rows of weights over the same values, each bit for bit as
+    /// alone.
+    fn weighted_sum_pair(
+        self,
+        weights: [&[f32]; 2],
+        values: &[f32],
+        d: usize,
+        out: [&mut [f32]; 2],
+    ) {
+        let [out_a, out_b] = out;
+        self.weighted_sum(weights[0], values, d, out_a);
+        self.weighted_sum(weights[1], values, d, out_b);
+    }
     /// `out = silu(gate) · up`.
     fn silu_mul(self, gate: &[f32], up: &[f32], out: &mut [f32]);
 }
@@ -323,35 +348,84 @@ fn attend_heads<L: Lanes>(lanes: L, x: &Inputs<'_>, heads: Range<usize>, out: &m
     };
     let mut scores = vec![0.0f32; pairs * total];
     for Range { start, end } in kv_blocks(total, block) {
-        for (p, row) in scores.chunks_exact_mut(total).enumerate() {
-            lanes.scores(query(p), &keys[start * d..end * d], d, &mut row[start..end]);
+        let block_keys = &keys[start * d..end * d];
+        // Two pairs at a time where there are two (a wider instruction set serves both with
+        // one multiply-add); a pair's own arithmetic is the same either way.
+        let mut rows = scores.chunks_exact_mut(total);
+        let mut p = 0;
+        while let Some(a) = rows.next() {
+            match rows.next() {
+                Some(b) => {
+                    let (qa, qb) = (query(p), query(p + 1));
+                    let out = [&mut a[start..end], &mut b[start..end]];
+                    lanes.scores_pair([qa, qb], block_keys, d, out);
+                    p += 2;
+                }
+                None => {
+                    lanes.scores(query(p), block_keys, d, &mut a[start..end]);
+                    p += 1;
+                }
+            }
         }
     }
     for (p, row) in scores.chunks_exact_mut(total).enumerate() {
         let bias = &x.bias[(p % n) * total..(p % n + 1) * total];
-        let mut max = f32::NEG_INFINITY;
-        for (score, &b) in row.iter_mut().zip(bias) {
-            *score = *score * scale + b;
-            max = max.max(*score);
-        }
+        let max = lanes.scale_bias_max(row, bias, scale);
         lanes.exp_shifted(row, max);
-        // In position order, so that masked positions (exact zeros) change nothing.
-        let sum: f32 = row.iter().sum();
+    }
+    let sums = position_order_sums(&scores, total);
+    for (row, sum) in scores.chunks_exact_mut(total).zip(sums) {
         let inv = 1.0 / sum;
         for w in row.iter_mut() {
             *w *= inv;
         }
     }
     for Range { start, end } in kv_blocks(total, block) {
-        for (weights, out_row) in scores.chunks_exact(total).zip(out.chunks_exact_mut(d)) {
-            lanes.weighted_sum(
-                &weights[start..end],
-                &values[start * d..end * d],
-                d,
-                out_row,
-            );
+        let block_values = &values[start * d..end * d];
+        let mut weights = scores.chunks_exact(total);
+        let mut outs = out.chunks_exact_mut(d);
+        while let (Some(wa), Some(oa)) = (weights.next(), outs.next()) {
+            match (weights.next(), outs.next()) {
+                (Some(wb), Some(ob)) => {
+                    let pair = [&wa[start..end], &wb[start..end]];
+                    lanes.weighted_sum_pair(pair, block_values, d, [oa, ob]);
+                }
+                _ => lanes.weighted_sum(&wa[start..end], block_values, d, oa),
+            }
         }
     }
+}
+
+/// The sum of each row of `rows` (`[_, total]`), in position order, so that masked positions
+/// (exact zeros) change nothing; four rows at a time, whose sums are independent chains of
+/// additions (one row's chain alone waits on each addition).
+fn position_order_sums(rows: &[f32], total: usize) -> Vec<f32> {
+    let mut sums = Vec::with_capacity(rows.len() / total.max(1));
+    if total == 0 {
+        return sums;
+    }
+    let mut groups = rows.chunks_exact(4 * total);
+    for group in &mut groups {
+        let (r0, rest) = group.split_at(total);
+        let (r1, rest) = rest.split_at(total);
+        let (r2, r3) = rest.split_at(total);
+        let mut s = [0.0f32; 4];
+        for j in 0..total {
+            s[0] += r0[j];
+            s[1] += r1[j];
+            s[2] += r2[j];
+            s[3] += r3[j];
+        }
+        sums.extend(s);
+    }
+    for row in groups.remainder().chunks_exact(total) {
+        let mut s = 0.0f32;
+        for &v in row {
+            s += v;
+        }
+        sums.push(s);
+    }
+    sums
 }
 
 /// Plain loops, for any CPU.
@@ -359,6 +433,15 @@ fn attend_heads<L: Lanes>(lanes: L, x: &Inputs<'_>, heads: Range<usize>, out: &m
 struct Portable;
 
 impl Lanes for Portable {
+    fn scale_bias_max(self, row: &mut [f32], bias: &[f32], scale: f32) -> f32 {
+        let mut max = f32::NEG_INFINITY;
+        for (score, &b) in row.iter_mut().zip(bias) {
+            *score = *score * scale + b;
+            max = max.max(*score);
+        }
+        max
+    }
+
     fn scores(self, q: &[f32], keys: &[f32], d: usize, out: &mut [f32]) {
         for (score, key) in out.iter_mut().zip(keys.chunks_exact(d)) {
             *score = dot(q, key);
@@ -390,8 +473,9 @@ impl Lanes for Portable {
 
 #[cfg(target_arch = "x86_64")]
 mod simd_imp {
+    use core::arch::x86_64::__m512;
     use pulp::bytemuck::{cast_slice, cast_slice_mut};
-    use pulp::x86::V3;
+    use pulp::x86::{V3, V4};
     use pulp::{NullaryFnOnce, cast, f32x8, i32x8};
 
     use std::ops::Range;
@@ -469,6 +553,13 @@ mod simd_imp {
             acc[6] = simd.mul_add_f32x8(qc, k6[c], acc[6]);
             acc[7] = simd.mul_add_f32x8(qc, k7[c], acc[7]);
         }
+        reduce8(simd, acc)
+    }
+
+    /// Lane `l` of the result: the sum of `acc[l]`'s 8 lanes, in the order
+    /// ((0+1)+(2+3)) + ((4+5)+(6+7)).
+    #[inline(always)]
+    fn reduce8(simd: V3, acc: [f32x8; 8]) -> f32x8 {
         let pairs = [
             hadd(simd, acc[0], acc[1]),
             hadd(simd, acc[2], acc[3]),
@@ -523,6 +614,35 @@ mod simd_imp {
                 let s: [f32; 8] = cast(dot8(self, q, cast_slice(&block)));
                 out.copy_from_slice(&s[..total]);
             }
+        }
+
+        #[inline(always)]
+        fn scale_bias_max(self, row: &mut [f32], bias: &[f32], scale: f32) -> f32 {
+            let len = row.len().min(bias.len());
+            let whole = len / 8 * 8;
+            let (head, tail) = row[..len].split_at_mut(whole);
+            let (bias_head, bias_tail) = bias[..len].split_at(whole);
+            let scale_v = self.splat_f32x8(scale);
+            let mut max_v = self.splat_f32x8(f32::NEG_INFINITY);
+            for (v, &b) in cast_slice_mut::<f32, f32x8>(head)
+                .iter_mut()
+                .zip(cast_slice::<f32, f32x8>(bias_head))
+            {
+                // A multiplication, then an addition: the scalar loop's two roundings.
+                *v = self.add_f32x8(self.mul_f32x8(*v, scale_v), b);
+                // `vmaxps` returns its second operand where either is NaN: a NaN score is
+                // passed over, as `f32::max` passes it over.
+                max_v = cast(self.avx._mm256_max_ps(cast(*v), cast(max_v)));
+            }
+            let mut max = f32::NEG_INFINITY;
+            for m in cast::<f32x8, [f32; 8]>(max_v) {
+                max = max.max(m);
+            }
+            for (score, &b) in tail.iter_mut().zip(bias_tail) {
+                *score = *score * scale + b;
+                max = max.max(*score);
+            }
+            max
         }
 
         #[inline(always)]
@@ -597,14 +717,178 @@ mod simd_imp {
         }
     }
 
-    struct HeadJob<'a, 'b> {
-        simd: V3,
+    /// AVX-512's 16 lanes as two 8-lane halves: two (head, row) pairs at once, each half doing
+    /// lane for lane what [`V3`] does for one pair (same operands, same order, so the same
+    /// bits); a lone pair and anything else goes to [`V3`].
+    #[derive(Clone, Copy)]
+    struct Wide(V4);
+
+    impl Wide {
+        /// `a` in lanes 0-7, `b` in 8-15.
+        #[inline(always)]
+        fn halves(self, a: f32x8, b: f32x8) -> __m512 {
+            let (f, dq) = (self.0.avx512f, self.0.avx512dq);
+            dq._mm512_insertf32x8::<1>(f._mm512_castps256_ps512(cast(a)), cast(b))
+        }
+
+        /// [`Wide::halves`] undone.
+        #[inline(always)]
+        fn split(self, v: __m512) -> (f32x8, f32x8) {
+            let (f, dq) = (self.0.avx512f, self.0.avx512dq);
+            (
+                cast(f._mm512_castps512_ps256(v)),
+                cast(dq._mm512_extractf32x8_ps::<1>(v)),
+            )
+        }
+
+        /// [`dot8`] of two queries against the same 8 keys: each key's 8-lane vector broadcast
+        /// to both halves, each half accumulating as [`dot8`] does, then the same reduction.
+        #[inline(always)]
+        fn dot8_pair(self, qa: &[f32x8], qb: &[f32x8], k: &[f32x8]) -> (f32x8, f32x8) {
+            // No closures here: a closure does not inherit `vectorize`'s target features.
+            let (f, dq) = (self.0.avx512f, self.0.avx512dq);
+            let nv = qa.len().min(qb.len());
+            let (k0, k1, k2, k3) = (
+                &k[..nv],
+                &k[nv..2 * nv],
+                &k[2 * nv..3 * nv],
+                &k[3 * nv..4 * nv],
+            );
+            let (k4, k5, k6, k7) = (
+                &k[4 * nv..5 * nv],
+                &k[5 * nv..6 * nv],
+                &k[6 * nv..7 * nv],
+                &k[7 * nv..8 * nv],
+            );
+            let mut acc = [f._mm512_setzero_ps(); 8];
+            for c in 0..nv {
+                let q = self.halves(qa[c], qb[c]);
+                acc[0] = f._mm512_fmadd_ps(q, dq._mm512_broadcast_f32x8(cast(k0[c])), acc[0]);
+                acc[1] = f._mm512_fmadd_ps(q, dq._mm512_broadcast_f32x8(cast(k1[c])), acc[1]);
+                acc[2] = f._mm512_fmadd_ps(q, dq._mm512_broadcast_f32x8(cast(k2[c])), acc[2]);
+                acc[3] = f._mm512_fmadd_ps(q, dq._mm512_broadcast_f32x8(cast(k3[c])), acc[3]);
+                acc[4] = f._mm512_fmadd_ps(q, dq._mm512_broadcast_f32x8(cast(k4[c])), acc[4]);
+                acc[5] = f._mm512_fmadd_ps(q, dq._mm512_broadcast_f32x8(cast(k5[c])), acc[5]);
+                acc[6] = f._mm512_fmadd_ps(q, dq._mm512_broadcast_f32x8(cast(k6[c])), acc[6]);
+                acc[7] = f._mm512_fmadd_ps(q, dq._mm512_broadcast_f32x8(cast(k7[c])), acc[7]);
+            }
+            let zero = self.0.splat_f32x8(0.0);
+            let (mut a, mut b) = ([zero; 8], [zero; 8]);
+            for l in 0..8 {
+                (a[l], b[l]) = self.split(acc[l]);
+            }
+            (reduce8(*self.0, a), reduce8(*self.0, b))
+        }
+    }
+
+    impl Lanes for Wide {
+        #[inline(always)]
+        fn scores(self, q: &[f32], keys: &[f32], d: usize, out: &mut [f32]) {
+            (*self.0).scores(q, keys, d, out);
+        }
+
+        #[inline(always)]
+        fn scale_bias_max(self, row: &mut [f32], bias: &[f32], scale: f32) -> f32 {
+            (*self.0).scale_bias_max(row, bias, scale)
+        }
+
+        #[inline(always)]
+        fn exp_shifted(self, xs: &mut [f32], shift: f32) {
+            (*self.0).exp_shifted(xs, shift);
+        }
+
+        #[inline(always)]
+        fn weighted_sum(self, weights: &[f32], values: &[f32], d: usize, out: &mut [f32]) {
+            (*self.0).weighted_sum(weights, values, d, out);
+        }
+
+        #[inline(always)]
+        fn silu_mul(self, gate: &[f32], up: &[f32], out: &mut [f32]) {
+            (*self.0).silu_mul(gate, up, out);
+        }
+
+        #[inline(always)]
+        fn scores_pair(self, q: [&[f32]; 2], keys: &[f32], d: usize, out: [&mut [f32]; 2]) {
+            let total = out[0].len();
+            // Fewer than 8 keys (padded in `V3::scores`) or an odd head size: one at a time.
+            if !d.is_multiple_of(8) || d == 0 || total < 8 || out[1].len() != total {
+                let [out_a, out_b] = out;
+                self.scores(q[0], keys, d, out_a);
+                self.scores(q[1], keys, d, out_b);
+                return;
+            }
+            let (qa, qb): (&[f32x8], &[f32x8]) = (cast_slice(q[0]), cast_slice(q[1]));
+            let [out_a, out_b] = out;
+            // As `V3::scores`: blocks of 8 keys, then the last 8 keys again for a remainder.
+            let whole = total / 8 * 8;
+            let remainder = (whole < total).then_some(total - 8);
+            for start in (0..whole).step_by(8).chain(remainder) {
+                let block = cast_slice(&keys[start * d..(start + 8) * d]);
+                let (a, b) = self.dot8_pair(qa, qb, block);
+                out_a[start..start + 8].copy_from_slice(&cast::<f32x8, [f32; 8]>(a));
+                out_b[start..start + 8].copy_from_slice(&cast::<f32x8, [f32; 8]>(b));
+            }
+        }
+
+        #[inline(always)]
+        fn weighted_sum_pair(
+            self,
+            weights: [&[f32]; 2],
+            values: &[f32],
+            d: usize,
+            out: [&mut [f32]; 2],
+        ) {
+            let [out_a, out_b] = out;
+            let (wa, wb) = (weights[0], weights[1]);
+            if !d.is_multiple_of(8) || d == 0 || wa.len() != wb.len() {
+                self.weighted_sum(wa, values, d, out_a);
+                self.weighted_sum(wb, values, d, out_b);
+                return;
+            }
+            let (f, dq) = (self.0.avx512f, self.0.avx512dq);
+            let nv = d / 8;
+            let values: &[f32x8] = cast_slice(values);
+            let out_a: &mut [f32x8] = cast_slice_mut(out_a);
+            let out_b: &mut [f32x8] = cast_slice_mut(out_b);
+            // As `V3::weighted_sum`, each half its own pair's: eight output vectors at a time,
+            // a zero weight (a masked position) leaving its half untouched.
+            let mut start = 0;
+            while start < nv {
+                let width = (nv - start).min(8);
+                let mut acc = [f._mm512_setzero_ps(); 8];
+                for u in 0..width {
+                    acc[u] = self.halves(out_a[start + u], out_b[start + u]);
+                }
+                for ((&a, &b), value) in wa.iter().zip(wb).zip(values.chunks_exact(nv)) {
+                    let mask =
+                        if a != 0.0 { 0x00ff } else { 0 } | if b != 0.0 { 0xff00 } else { 0 };
+                    if mask == 0 {
+                        continue;
+                    }
+                    let w = self.halves(self.0.splat_f32x8(a), self.0.splat_f32x8(b));
+                    for (acc, &v) in acc[..width].iter_mut().zip(&value[start..start + width]) {
+                        let v = dq._mm512_broadcast_f32x8(cast(v));
+                        *acc = f._mm512_mask3_fmadd_ps(w, v, *acc, mask);
+                    }
+                }
+                for u in 0..width {
+                    let (a, b) = self.split(acc[u]);
+                    out_a[start + u] = a;
+                    out_b[start + u] = b;
+                }
+                start += width;
+            }
+        }
+    }
+
+    struct HeadJob<'a, 'b, S> {
+        simd: S,
         inputs: &'a Inputs<'a>,
         heads: Range<usize>,
         out: &'b mut [f32],
     }
 
-    impl NullaryFnOnce for HeadJob<'_, '_> {
+    impl<S: Lanes> NullaryFnOnce for HeadJob<'_, '_, S> {
         type Output = ();
 
         #[inline(always)]
@@ -630,7 +914,20 @@ mod simd_imp {
     }
 
     /// [`attend_heads`] with AVX2 + FMA (the caller checked that the CPU has them).
-    pub(super) fn attend_heads_simd(inputs: &Inputs<'_>, heads: Range<usize>, out: &mut [f32]) {
+    pub(super) fn attend_heads_simd(
+        inputs: &Inputs<'_>,
+        heads: Range<usize>,
+        out: &mut [f32],
+        wide: bool,
+    ) {
+        if let Some(v4) = V4::try_new().filter(|_| wide) {
+            return v4.vectorize(HeadJob {
+                simd: Wide(v4),
+                inputs,
+                heads,
+                out,
+            });
+        }
         match V3::try_new() {
             Some(simd) => simd.vectorize(HeadJob {
                 simd,
@@ -663,6 +960,7 @@ mod simd_imp {
         inputs: &Inputs<'_>,
         heads: std::ops::Range<usize>,
         out: &mut [f32],
+        _wide: bool,
     ) {
         super::attend_heads(Portable, inputs, heads, out);
     }
@@ -678,7 +976,7 @@ mod tests {
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 
-    const ISAS: [Isa; 2] = [Isa::Auto, Isa::Scalar];
+    const ISAS: [Isa; 3] = [Isa::Auto, Isa::Avx2, Isa::Scalar];
 
     fn values(n: usize, seed: u64) -> Vec<f32> {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -769,6 +1067,54 @@ mod tests {
                         .fold(0.0, f64::max);
                     assert!(err < 1e-5, "{isa:?} {s:?}: max error {err}");
                 }
+            }
+        }
+    }
+
+    /// AVX-512's paired heads (`Isa::Auto` where the CPU has it) give AVX2's bits exactly, for
+    /// odd and even numbers of (head, row) pairs, contexts not a multiple of 8 and fewer than
+    /// 8 positions, and masked positions holding NaN values: some masked for every row, some
+    /// for the first row only (as a tree's branches are), which the other rows then see.
+    #[test]
+    fn attention_is_the_same_bits_with_paired_heads() {
+        for (heads, kv_heads, d) in [(9, 3, 64), (12, 2, 128), (4, 4, 8), (6, 2, 24), (2, 1, 12)] {
+            for (rows, total) in [(1, 5), (1, 37), (2, 40), (3, 133), (5, 300), (9, 1030)] {
+                let s = AttentionShape {
+                    rows,
+                    heads,
+                    kv_heads,
+                    head_dim: d,
+                    capacity: total + 2,
+                    total,
+                };
+                let q_stride = heads * d;
+                let q = values(rows * q_stride, 11);
+                let keys = values(kv_heads * s.capacity * d, 12);
+                let mut vals = values(kv_heads * s.capacity * d, 13);
+                // `bias` masks every third cached position for every row; the first row also
+                // skips the positions after those.
+                let mut b = bias(rows, total);
+                let cached = total - rows;
+                for j in (1..cached).step_by(3) {
+                    b[j] = f32::NEG_INFINITY;
+                }
+                for kv in 0..kv_heads {
+                    for j in (1..cached).filter(|j| j % 3 == 2 || (rows > 1 && j % 3 == 1)) {
+                        vals[(kv * s.capacity + j) * d..(kv * s.capacity + j + 1) * d]
+                            .fill(f32::NAN);
+                    }
+                }
+                let bits = |isa| -> Vec<u32> {
+                    let out = attention_with(&q, q_stride, &keys, &vals, s, &b, isa).unwrap();
+                    out.iter().map(|v| v.to_bits()).collect()
+                };
+                let wide = bits(Isa::Auto);
+                let first_row = &wide[..heads * d];
+                assert!(
+                    first_row.iter().all(|&v| f32::from_bits(v).is_finite()),
+                    "{s:?}"
+                );
+                assert_eq!(wide, bits(Isa::Avx2), "{s:?}");
             }
         }
     }
