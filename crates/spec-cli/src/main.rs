@@ -206,13 +206,35 @@ struct DraftModels<B: Backend> {
     loaded: std::collections::HashMap<(PathBuf, WeightFormat), LoadedDraft<B>>,
     /// The device the draft models are loaded onto, as far as loading them cares.
     limits: DeviceLimits,
+    /// The target, by checkpoint and format: a draft of both is the target's own weights, so
+    /// that a self-draft streams one copy of them rather than two taking turns.
+    target: ((PathBuf, WeightFormat), LoadedDraft<B>),
 }
 
 impl<B: Backend> DraftModels<B> {
-    fn new(limits: DeviceLimits) -> Self {
+    /// Draft models for a target loaded from `path` with its projections in `format`.
+    fn new(
+        limits: DeviceLimits,
+        (path, format): (&Path, WeightFormat),
+        model: &spec_runtime::Transformer<B>,
+        tokenizer: &TextTokenizer,
+    ) -> Self {
         Self {
             loaded: std::collections::HashMap::new(),
             limits,
+            target: (
+                (path.to_path_buf(), format),
+                (model.clone(), tokenizer.clone()),
+            ),
+        }
+    }
+
+    /// The draft of this checkpoint and format, if the target is one or it was loaded.
+    fn find(&self, key: &(PathBuf, WeightFormat)) -> Option<&LoadedDraft<B>> {
+        if self.target.0 == *key {
+            Some(&self.target.1)
+        } else {
+            self.loaded.get(key)
         }
     }
 }
@@ -243,7 +265,7 @@ fn sampling_drafter<B: Backend>(
     let path = spec_models::resolve(name)?;
     let format = args.draft_weights.unwrap_or(DEFAULT_DRAFT_WEIGHTS);
     let key = (path.clone(), format);
-    if !drafts.loaded.contains_key(&key) {
+    if drafts.find(&key).is_none() {
         // Another format of a checkpoint already loaded is a repack of the same weights when
         // that copy holds them exactly (f32); otherwise the checkpoint is read again.
         let repacked = drafts
@@ -269,7 +291,7 @@ fn sampling_drafter<B: Backend>(
         };
         drafts.loaded.insert(key.clone(), entry);
     }
-    let Some((draft, draft_tokenizer)) = drafts.loaded.get(&key) else {
+    let Some((draft, draft_tokenizer)) = drafts.find(&key) else {
         bail!("draft model {} vanished from the cache", path.display());
     };
     let drafter = spec_sampling::DraftModelDrafter::with_tokenizers(
@@ -605,7 +627,7 @@ fn generate<B: Backend>(
         &loaded,
         &tokenizer,
         device,
-        &mut DraftModels::new(limits),
+        &mut DraftModels::new(limits, (&path, args.weights), &loaded.model, &tokenizer),
     )?;
     let mut stream = tokenizer.stream_skip_special();
     let mut stdout = std::io::stdout().lock();
