@@ -747,7 +747,7 @@ pub(crate) fn run<B: Backend>(
         }
         let mut built = Vec::new();
         let mut setup_seconds = BTreeMap::new();
-        let mut drafts = DraftModels::new(limits, (&path, args.weights), &model.model, &tokenizer);
+        let mut drafts = DraftModels::new(limits, (&path, args.weights));
         for planned in methods {
             let t = Instant::now();
             match make_drafter(

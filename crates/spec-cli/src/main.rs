@@ -206,35 +206,18 @@ struct DraftModels<B: Backend> {
     loaded: std::collections::HashMap<(PathBuf, WeightFormat), LoadedDraft<B>>,
     /// The device the draft models are loaded onto, as far as loading them cares.
     limits: DeviceLimits,
-    /// The target, by checkpoint and format: a draft of both is the target's own weights, so
+    /// The target's checkpoint and format: a draft of both is the target's own weights, so
     /// that a self-draft streams one copy of them rather than two taking turns.
-    target: ((PathBuf, WeightFormat), LoadedDraft<B>),
+    target: (PathBuf, WeightFormat),
 }
 
 impl<B: Backend> DraftModels<B> {
     /// Draft models for a target loaded from `path` with its projections in `format`.
-    fn new(
-        limits: DeviceLimits,
-        (path, format): (&Path, WeightFormat),
-        model: &spec_runtime::Transformer<B>,
-        tokenizer: &TextTokenizer,
-    ) -> Self {
+    fn new(limits: DeviceLimits, (path, format): (&Path, WeightFormat)) -> Self {
         Self {
             loaded: std::collections::HashMap::new(),
             limits,
-            target: (
-                (path.to_path_buf(), format),
-                (model.clone(), tokenizer.clone()),
-            ),
-        }
-    }
-
-    /// The draft of this checkpoint and format, if the target is one or it was loaded.
-    fn find(&self, key: &(PathBuf, WeightFormat)) -> Option<&LoadedDraft<B>> {
-        if self.target.0 == *key {
-            Some(&self.target.1)
-        } else {
-            self.loaded.get(key)
+            target: (path.to_path_buf(), format),
         }
     }
 }
@@ -265,34 +248,39 @@ fn sampling_drafter<B: Backend>(
     let path = spec_models::resolve(name)?;
     let format = args.draft_weights.unwrap_or(DEFAULT_DRAFT_WEIGHTS);
     let key = (path.clone(), format);
-    if drafts.find(&key).is_none() {
-        // Another format of a checkpoint already loaded is a repack of the same weights when
-        // that copy holds them exactly (f32); otherwise the checkpoint is read again.
-        let repacked = drafts
-            .loaded
-            .iter()
-            .find(|((p, _), _)| *p == path)
-            .and_then(|(_, (model, draft_tokenizer))| {
-                let mut model = model.clone();
-                model
-                    .pack(format)
-                    .ok()
-                    .map(|()| (model, draft_tokenizer.clone()))
-            });
-        let entry = match repacked {
-            Some(entry) => entry,
-            None => {
-                let draft_tokenizer = load_tokenizer(&path)?;
-                let options = drafts.limits.load_options(format);
-                let draft = load_model_with::<B>(&path, device, options)
-                    .with_context(|| format!("loading the draft model {}", path.display()))?;
-                (draft.model, draft_tokenizer)
-            }
+    let (draft, draft_tokenizer) = if key == drafts.target {
+        (&target.model, tokenizer)
+    } else {
+        if !drafts.loaded.contains_key(&key) {
+            // Another format of a checkpoint already loaded is a repack of the same weights when
+            // that copy holds them exactly (f32); otherwise the checkpoint is read again.
+            let repacked = drafts
+                .loaded
+                .iter()
+                .find(|((p, _), _)| *p == path)
+                .and_then(|(_, (model, draft_tokenizer))| {
+                    let mut model = model.clone();
+                    model
+                        .pack(format)
+                        .ok()
+                        .map(|()| (model, draft_tokenizer.clone()))
+                });
+            let entry = match repacked {
+                Some(entry) => entry,
+                None => {
+                    let draft_tokenizer = load_tokenizer(&path)?;
+                    let options = drafts.limits.load_options(format);
+                    let draft = load_model_with::<B>(&path, device, options)
+                        .with_context(|| format!("loading the draft model {}", path.display()))?;
+                    (draft.model, draft_tokenizer)
+                }
+            };
+            drafts.loaded.insert(key.clone(), entry);
+        }
+        let Some((draft, draft_tokenizer)) = drafts.loaded.get(&key) else {
+            bail!("draft model {} vanished from the cache", path.display());
         };
-        drafts.loaded.insert(key.clone(), entry);
-    }
-    let Some((draft, draft_tokenizer)) = drafts.find(&key) else {
-        bail!("draft model {} vanished from the cache", path.display());
+        (draft, draft_tokenizer)
     };
     let drafter = spec_sampling::DraftModelDrafter::with_tokenizers(
         draft.clone(),
@@ -627,7 +615,7 @@ fn generate<B: Backend>(
         &loaded,
         &tokenizer,
         device,
-        &mut DraftModels::new(limits, (&path, args.weights), &loaded.model, &tokenizer),
+        &mut DraftModels::new(limits, (&path, args.weights)),
     )?;
     let mut stream = tokenizer.stream_skip_special();
     let mut stdout = std::io::stdout().lock();

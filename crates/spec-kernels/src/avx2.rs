@@ -9,7 +9,7 @@
 //! `vpdpbusd` where the CPU has AVX512-VNNI; the same driver runs every tile.
 
 #[cfg(target_arch = "x86_64")]
-mod imp {
+pub(crate) mod imp {
     use std::marker::PhantomData;
     use std::ops::Range;
 
@@ -2006,16 +2006,16 @@ mod imp {
     }
 
     /// Two rows' 8-lane sums (or weights) side by side in one 16-lane vector: `low` in lanes
-    /// 0-7, `high` in 8-15 ([`paired_tile`], [`two_panel_tile`]).
+    /// 0-7, `high` in 8-15 ([`paired_tile`], [`two_panel_tile`]; attention's paired heads).
     #[inline(always)]
-    fn pair_halves(v4: V4, low: f32x8, high: f32x8) -> __m512 {
+    pub(crate) fn pair_halves(v4: V4, low: f32x8, high: f32x8) -> __m512 {
         let (f, dq) = (v4.avx512f, v4.avx512dq);
         dq._mm512_insertf32x8::<1>(f._mm512_castps256_ps512(cast(low)), cast(high))
     }
 
     /// [`pair_halves`] undone: lanes 0-7 and 8-15 of `v`.
     #[inline(always)]
-    fn split_halves(v4: V4, v: __m512) -> (f32x8, f32x8) {
+    pub(crate) fn split_halves(v4: V4, v: __m512) -> (f32x8, f32x8) {
         let (f, dq) = (v4.avx512f, v4.avx512dq);
         (
             cast(f._mm512_castps512_ps256(v)),

@@ -481,6 +481,7 @@ mod simd_imp {
     use std::ops::Range;
 
     use super::{Inputs, Lanes, Portable, attend_heads};
+    use crate::avx2::imp::{pair_halves, split_halves};
 
     /// `ln 2` split so that `n · LN2_HI` is exact for the `n` [`exp`] meets.
     const LN2_HI: f32 = 0.693_145_75;
@@ -634,13 +635,9 @@ mod simd_imp {
                 // passed over, as `f32::max` passes it over.
                 max_v = cast(self.avx._mm256_max_ps(cast(*v), cast(max_v)));
             }
-            let mut max = f32::NEG_INFINITY;
+            let mut max = Portable.scale_bias_max(tail, bias_tail, scale);
             for m in cast::<f32x8, [f32; 8]>(max_v) {
                 max = max.max(m);
-            }
-            for (score, &b) in tail.iter_mut().zip(bias_tail) {
-                *score = *score * scale + b;
-                max = max.max(*score);
             }
             max
         }
@@ -727,18 +724,13 @@ mod simd_imp {
         /// `a` in lanes 0-7, `b` in 8-15.
         #[inline(always)]
         fn halves(self, a: f32x8, b: f32x8) -> __m512 {
-            let (f, dq) = (self.0.avx512f, self.0.avx512dq);
-            dq._mm512_insertf32x8::<1>(f._mm512_castps256_ps512(cast(a)), cast(b))
+            pair_halves(self.0, a, b)
         }
 
         /// [`Wide::halves`] undone.
         #[inline(always)]
         fn split(self, v: __m512) -> (f32x8, f32x8) {
-            let (f, dq) = (self.0.avx512f, self.0.avx512dq);
-            (
-                cast(f._mm512_castps512_ps256(v)),
-                cast(dq._mm512_extractf32x8_ps::<1>(v)),
-            )
+            split_halves(self.0, v)
         }
 
         /// [`dot8`] of two queries against the same 8 keys: each key's 8-lane vector broadcast
