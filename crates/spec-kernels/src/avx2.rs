@@ -13,7 +13,7 @@ pub(crate) mod imp {
     use std::marker::PhantomData;
     use std::ops::Range;
 
-    use core::arch::x86_64::{__m128i, __m256i, __m512};
+    use core::arch::x86_64::{__m128i, __m256i, __m512, __m512i};
     use pulp::bytemuck::cast_slice;
     use pulp::core_arch::x86::Avx512vnni;
     use pulp::x86::{V3, V4};
@@ -724,8 +724,6 @@ pub(crate) mod imp {
         /// Whether [`IntDot::group_dot`] multiplies the stored quants as they are (`q + 128`),
         /// so that a group's sums start from `x`'s `−128 · Σ q` instead of zero.
         const BIASED: bool;
-        /// Whether grouped tiles may take two panels ([`Tiles::TALL`]).
-        const TALL: bool = false;
         /// What [`IntDot::group_dot`] needs of a unit of stored quants (`q + 128`).
         type Unit: Copy;
         fn unit(self, simd: V3, stored: __m256i) -> Self::Unit;
@@ -734,6 +732,10 @@ pub(crate) mod imp {
         fn group_dot(self, simd: V3, acc: __m256i, unit: Self::Unit, x: __m256i) -> __m256i;
         /// `acc` plus, in each lane, the 4 products of `unsigned` (at most 127) by `signed`.
         fn dot(self, simd: V3, acc: __m256i, unsigned: __m256i, signed: __m256i) -> __m256i;
+        /// `vpdpbusd` on 16 lanes, where this dot has it ([`paired_grouped_tile`]).
+        fn paired(self) -> Option<Vnni> {
+            None
+        }
     }
 
     /// The signed quants of a unit of stored ones (`q + 128`).
@@ -778,23 +780,32 @@ pub(crate) mod imp {
     /// saturation): a group's stored quants `q + 128` times `x` in one instruction, no sign
     /// juggling (the 128 · Σ x it adds is taken off by starting from the group's offsets).
     #[derive(Clone, Copy)]
-    struct Vnni(Avx512vnni);
+    struct Vnni(Avx512vnni, V4);
 
     impl Vnni {
         #[inline(always)]
         #[allow(unsafe_code)]
         fn dpbusd(self, acc: __m256i, unsigned: __m256i, signed: __m256i) -> __m256i {
-            let Vnni(_proof) = self;
+            let Vnni(_proof, _) = self;
             // SAFETY: an `Avx512vnni` exists only where the CPU has AVX512-VNNI and AVX512-VL
             // (`Avx512vnni::try_new` detects both), the features this intrinsic needs; it reads
             // no memory. pulp wraps no VNNI instruction, hence this one call of our own.
             unsafe { core::arch::x86_64::_mm256_dpbusd_epi32(acc, unsigned, signed) }
         }
+
+        /// [`Vnni::dpbusd`] on 16 lanes.
+        #[inline(always)]
+        #[allow(unsafe_code)]
+        fn dpbusd_pair(self, acc: __m512i, unsigned: __m512i, signed: __m512i) -> __m512i {
+            let Vnni(_proof, _) = self;
+            // SAFETY: as for `dpbusd`; `V4` (AVX512F), which this intrinsic also needs, is
+            // detected with it (`vnni`).
+            unsafe { core::arch::x86_64::_mm512_dpbusd_epi32(acc, unsigned, signed) }
+        }
     }
 
     impl IntDot for Vnni {
         const BIASED: bool = true;
-        const TALL: bool = true;
         type Unit = __m256i;
 
         #[inline(always)]
@@ -811,13 +822,21 @@ pub(crate) mod imp {
         fn dot(self, _simd: V3, acc: __m256i, unsigned: __m256i, signed: __m256i) -> __m256i {
             self.dpbusd(acc, unsigned, signed)
         }
+
+        #[inline(always)]
+        fn paired(self) -> Option<Vnni> {
+            Some(self)
+        }
     }
 
     /// The context and the instruction the grouped tiles take `vpdpbusd` in, where the CPU
     /// has AVX512-VNNI (with AVX-512's F, BW, CD, DQ and VL): what [`run`] dispatches on and
     /// [`instruction_set`] reports.
     fn vnni() -> Option<(V4Vnni, Vnni)> {
-        Some((V4Vnni::try_new()?, Vnni(Avx512vnni::try_new()?)))
+        Some((
+            V4Vnni::try_new()?,
+            Vnni(Avx512vnni::try_new()?, V4::try_new()?),
+        ))
     }
 
     pulp::simd_type! {
@@ -872,6 +891,8 @@ pub(crate) mod imp {
         fn add_mins(self, _simd: V3, _sums: &[f32x8], total: f32x8) -> f32x8 {
             total
         }
+        /// The row's place in its panel.
+        fn lane(self) -> usize;
     }
 
     impl GroupRow for Q8Row<'_> {
@@ -915,6 +936,11 @@ pub(crate) mod imp {
         fn tail(self, simd: V3, b: usize) -> (__m256i, f32) {
             let at = b * PANEL + self.lane;
             (unbiased(simd, cast(self.quants[at])), self.scales[at])
+        }
+
+        #[inline(always)]
+        fn lane(self) -> usize {
+            self.lane
         }
     }
 
@@ -1009,6 +1035,11 @@ pub(crate) mod imp {
             }
             total
         }
+
+        #[inline(always)]
+        fn lane(self) -> usize {
+            self.lane
+        }
     }
 
     /// A row of Q6_K superblocks kept as they are (see `Storage::Q6K`).
@@ -1082,6 +1113,11 @@ pub(crate) mod imp {
         fn tail(self, simd: V3, _b: usize) -> (__m256i, f32) {
             (simd.avx._mm256_setzero_si256(), 0.0)
         }
+
+        #[inline(always)]
+        fn lane(self) -> usize {
+            self.lane
+        }
     }
 
     /// How many superblocks ahead a tile asks for its panels' weights: 8 KB of nibbles.
@@ -1094,7 +1130,6 @@ pub(crate) mod imp {
     impl<'x, W: GroupRow, D: IntDot> Tiles for Grouped<'x, W, D> {
         type W = W;
         type X = Int8Row<'x>;
-        const TALL: bool = D::TALL;
 
         #[inline(always)]
         fn tile<const RR: usize, const M: usize>(
@@ -1126,6 +1161,15 @@ pub(crate) mod imp {
         xs: &[Int8Row<'_>; M],
         blocks: usize,
     ) -> [[f32; M]; RR] {
+        if RR == PANEL
+            && rows[0].lane() == 0
+            && let Some(vnni) = dot.paired()
+        {
+            let acc = paired_grouped_tile(simd, vnni, &[rows[0], rows[1]], xs, blocks);
+            let mut all = [[simd.splat_f32x8(0.0); M]; RR];
+            all[..PANEL].copy_from_slice(&acc);
+            return finish_grouped(simd, dot, rows, xs, blocks, all);
+        }
         let zero = simd.splat_f32x8(0.0);
         let zero_i = simd.avx._mm256_setzero_si256();
         let mut acc = [[zero; M]; RR];
@@ -1183,6 +1227,23 @@ pub(crate) mod imp {
                 }
             }
         }
+        finish_grouped(simd, dot, rows, xs, blocks, acc)
+    }
+
+    /// [`tile_grouped`]'s end: the blocks after the last whole group (Q8_0's, one at a time)
+    /// added to `acc`, then the rows' minimums, and each sum's 8 lanes reduced.
+    #[allow(clippy::needless_range_loop)]
+    #[inline(always)]
+    fn finish_grouped<W: GroupRow, D: IntDot, const RR: usize, const M: usize>(
+        simd: V3,
+        dot: D,
+        rows: &[W; RR],
+        xs: &[Int8Row<'_>; M],
+        blocks: usize,
+        mut acc: [[f32x8; M]; RR],
+    ) -> [[f32; M]; RR] {
+        let zero_i = simd.avx._mm256_setzero_si256();
+        let groups = blocks / GROUP;
         if groups * GROUP < blocks {
             for r in (0..RR).step_by(PANEL) {
                 rows[r].prefetch(simd, groups);
@@ -1216,6 +1277,75 @@ pub(crate) mod imp {
         out
     }
 
+    /// [`tile_grouped`]'s groups for one panel's two rows side by side in 16-lane vectors:
+    /// lanes 0-7 hold row 0's sums, lanes 8-15 row 1's, and each unit of `x` is broadcast to
+    /// both halves, so one `vpdpbusd` on 16 lanes does what two on 8 lanes do (exact integer
+    /// sums), and the f32 scaling is lane for lane the same multiply and multiply-add: the
+    /// same bits in half the instructions. Returns each row's accumulators, for
+    /// [`finish_grouped`].
+    #[allow(clippy::needless_range_loop)]
+    #[inline(always)]
+    fn paired_grouped_tile<W: GroupRow, const M: usize>(
+        simd: V3,
+        vnni: Vnni,
+        rows: &[W; PANEL],
+        xs: &[Int8Row<'_>; M],
+        blocks: usize,
+    ) -> [[f32x8; M]; PANEL] {
+        let v4 = vnni.1;
+        let (f, dq) = (v4.avx512f, v4.avx512dq);
+        let mut acc = [f._mm512_setzero_ps(); M];
+        let groups = blocks / GROUP;
+        let quads = 2 / W::SEGMENTS;
+        for g in 0..groups {
+            rows[0].prefetch(simd, g);
+            let mut x_units = [&[[0i8; BLOCK]; GROUP]; M];
+            for i in 0..M {
+                x_units[i] = &xs[i].quants.as_chunks::<GROUP>().0[g];
+            }
+            for seg in 0..W::SEGMENTS {
+                let mut sums = [f._mm512_setzero_si512(); M];
+                for i in 0..M {
+                    let start = W::start(simd, &xs[i], g, seg, Vnni::BIASED);
+                    sums[i] = f._mm512_broadcast_i64x4(start);
+                }
+                for quad in 0..quads {
+                    let q = seg * quads + quad;
+                    let lows = rows[0].quad(simd, g, q);
+                    let highs = rows[1].quad(simd, g, q);
+                    for u in 0..4 {
+                        let t = 4 * q + u;
+                        let w =
+                            f._mm512_inserti64x4::<1>(f._mm512_castsi256_si512(lows[u]), highs[u]);
+                        for i in 0..M {
+                            let x = f._mm512_broadcast_i64x4(cast(x_units[i][t]));
+                            sums[i] = vnni.dpbusd_pair(sums[i], w, x);
+                        }
+                    }
+                }
+                let scales = pair_halves(
+                    v4,
+                    rows[0].scales(simd, g, seg),
+                    rows[1].scales(simd, g, seg),
+                );
+                for i in 0..M {
+                    let steps: f32x8 = cast(xs[i].steps.as_chunks::<GROUP>().0[g]);
+                    let steps = dq._mm512_broadcast_f32x8(cast(steps));
+                    acc[i] = f._mm512_fmadd_ps(
+                        f._mm512_cvtepi32_ps(sums[i]),
+                        f._mm512_mul_ps(scales, steps),
+                        acc[i],
+                    );
+                }
+            }
+        }
+        let mut out = [[simd.splat_f32x8(0.0); M]; PANEL];
+        for i in 0..M {
+            (out[0][i], out[1][i]) = split_halves(v4, acc[i]);
+        }
+        out
+    }
+
     /// The blocks of the panel holding row `r` (`blocks` blocks a row, one unit each).
     #[inline(always)]
     fn panel<T>(all: &[T], r: usize, blocks: usize) -> &[T] {
@@ -1229,6 +1359,9 @@ pub(crate) mod imp {
         rows: Range<usize>,
         x: &'a [f32],
         int8: Option<&'a QuantizedRows>,
+        /// The first row of `int8` that row 0 of `x` and `outs` is (a [`VnniJob`] takes at
+        /// most [`GROUPED_JOB_MAX_ROWS`] rows of a product at a time).
+        first: usize,
         m: usize,
         outs: &'a mut [&'b mut [f32]],
     }
@@ -1255,6 +1388,7 @@ pub(crate) mod imp {
                         rows,
                         x,
                         int8,
+                        first: _,
                         m,
                         outs,
                     },
@@ -1297,7 +1431,7 @@ pub(crate) mod imp {
                     widened_sweep(simd, tall, row, rows, x, blocks, m, outs);
                 }
                 Storage::Q8_0Groups { .. } => {
-                    grouped_sweep::<_, 0>(simd, PairSums, mat, rows, x, int8, m, outs);
+                    grouped_sweep::<_, 0>(simd, PairSums, mat, rows, x, int8, 0, m, outs);
                 }
                 Storage::Q4 { quants, params } => {
                     let quants: &[[u64; 2]] = cast_slice(quants);
@@ -1326,7 +1460,7 @@ pub(crate) mod imp {
                     integer_sweep(simd, tall, row, rows, x, int8, blocks, m, outs);
                 }
                 Storage::Q4K { .. } | Storage::Q6K { .. } => {
-                    grouped_sweep::<_, 0>(simd, PairSums, mat, rows, x, int8, m, outs);
+                    grouped_sweep::<_, 0>(simd, PairSums, mat, rows, x, int8, 0, m, outs);
                 }
             }
         }
@@ -1345,6 +1479,7 @@ pub(crate) mod imp {
         rows: Range<usize>,
         x: &[[f32x8; 4]],
         int8: Option<&QuantizedRows>,
+        first: usize,
         m: usize,
         outs: &mut [&mut [f32]],
     ) {
@@ -1356,11 +1491,13 @@ pub(crate) mod imp {
         let offsets = q.group_offsets.len() == q.quants.len() / blocks * groups;
         let biased = mat.storage.interleave() == Interleave::BiasedGroups;
         if q.grouped.len() != q.quants.len() || (biased && !offsets) {
-            return crate::scalar::run(mat, rows, &q.dequantize(), m, outs);
+            let cols = mat.padded_cols();
+            let x = &q.dequantize()[first * cols..(first + m) * cols];
+            return crate::scalar::run(mat, rows, x, m, outs);
         }
         // Built once: a tile then copies its rows of `x` instead of calling a closure per row
         // (which the compiler kept out of line).
-        let x_rows: Vec<Int8Row<'_>> = (0..m)
+        let x_rows: Vec<Int8Row<'_>> = (first..first + m)
             .map(|i| Int8Row {
                 quants: &q.grouped[i * blocks..(i + 1) * blocks],
                 // Empty unless the storage's quants are biased (only `Q8Row` reads them).
@@ -1436,10 +1573,13 @@ pub(crate) mod imp {
 
     /// The grouped tiles for exactly `M` rows of `x`, 1 to [`GROUPED_JOB_MAX_ROWS`]: one
     /// tile of one panel × all `M` rows, so each weight vector streamed from memory serves every
-    /// row. `M` 0 is any `m`: with `vpdpbusd` ([`Tiles::TALL`]) tiles of two panels × 4 rows,
-    /// else [`sweep`]'s tiles for 16 registers. With `vpdpbusd` each `M` is a job of its own
+    /// row (with `vpdpbusd`, [`paired_grouped_tile`]). `M` 0 is any `m` (without `vpdpbusd`),
+    /// in [`sweep`]'s tiles for 16 registers. With `vpdpbusd` each `M` is a job of its own
     /// ([`VnniJob`]), so it compiles only its own tile shapes: compiled into one function, each
     /// shape ran slower for the others' presence (docs/benchmarks.md, twenty-first session).
+    /// The tiles go through [`panels`] as they are: written as one loop of one-panel tiles,
+    /// the 1.5B's `q4-a8` pass of 16 rows took 130-137 ms against 111-115 ms (codegen; the
+    /// same operations).
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn grouped_tiles<T: Tiles, const M: usize>(
@@ -1455,8 +1595,6 @@ pub(crate) mod imp {
         debug_assert!(M == 0 || M == m);
         if M > 0 {
             panels::<T, PANEL, M, M>(simd, tiles, row, rows, x_row, blocks, m, outs)
-        } else if T::TALL {
-            panels::<T, { 2 * PANEL }, 4, 1>(simd, tiles, row, rows, x_row, blocks, m, outs)
         } else {
             sweep(simd, false, tiles, row, rows, x_row, blocks, m, outs)
         }
@@ -1524,9 +1662,9 @@ pub(crate) mod imp {
         }
     }
 
-    /// [`grouped_sweep`] with `vpdpbusd` for `M` rows of `x` (0: more than
-    /// [`GROUPED_JOB_MAX_ROWS`]), run inside [`V4Vnni`]: a job of its own, so that neither the
-    /// other layouts' tiles nor the other row counts' are compiled into its function.
+    /// [`grouped_sweep`] with `vpdpbusd` for `M` rows of `x` (1 to [`GROUPED_JOB_MAX_ROWS`]),
+    /// run inside [`V4Vnni`]: a job of its own, so that neither the other layouts' tiles nor
+    /// the other row counts' are compiled into its function.
     struct VnniJob<'a, 'b, const M: usize> {
         simd: V3,
         vnni: Vnni,
@@ -1547,11 +1685,12 @@ pub(crate) mod imp {
                         rows,
                         x,
                         int8,
+                        first,
                         m,
                         outs,
                     },
             } = self;
-            grouped_sweep::<_, M>(simd, vnni, mat, rows, cast_slice(x), int8, m, outs);
+            grouped_sweep::<_, M>(simd, vnni, mat, rows, cast_slice(x), int8, first, m, outs);
         }
     }
 
@@ -2174,7 +2313,11 @@ pub(crate) mod imp {
     }
 
     /// The most rows of `x` that a grouped product with `vpdpbusd` takes in one tile (a job of
-    /// its own for each count, see [`grouped_tiles`]).
+    /// its own for each count, see [`grouped_tiles`]); [`run`] gives more in near-equal chunks.
+    /// Against the two-panel 4 × 4 tiles that took more than 8 rows before, the chunks of
+    /// paired tiles took the 1.5B's `q4-a8` pass of 9 rows from 95-105 ms to 67-68 ms, of 16
+    /// from 146-154 to 108-115, and its prefill from 140-149 to 181-185 tokens a second
+    /// (docs/benchmarks.md, forty-sixth session).
     const GROUPED_JOB_MAX_ROWS: usize = 8;
 
     /// The most rows of `x` (a verification of K = 4) that f32's tall tiles take in three
@@ -2247,41 +2390,60 @@ pub(crate) mod imp {
     ) {
         let tall = tall_tiles(mat, m);
         let grouped = mat.storage.interleave() != Interleave::No;
+        if let (true, true, Some((context, vnni)), Some(simd)) =
+            (avx512, grouped, vnni(), V3::try_new())
+        {
+            // More rows than a job takes go in near-equal chunks, each streaming this part's
+            // weights again (from the caches after the first).
+            let cols = mat.padded_cols();
+            let chunks = m.div_ceil(GROUPED_JOB_MAX_ROWS).max(1);
+            let mut first = 0;
+            for chunk in 0..chunks {
+                let size = (m - first).div_ceil(chunks - chunk);
+                let product = Product {
+                    mat,
+                    rows: rows.clone(),
+                    x: &x[first * cols..(first + size) * cols],
+                    int8,
+                    first,
+                    m: size,
+                    outs: &mut outs[first..first + size],
+                };
+                macro_rules! job {
+                    ($m:literal) => {
+                        context.vectorize(VnniJob::<$m> {
+                            simd,
+                            vnni,
+                            product,
+                        })
+                    };
+                }
+                match size {
+                    1 => job!(1),
+                    2 => job!(2),
+                    3 => job!(3),
+                    4 => job!(4),
+                    5 => job!(5),
+                    6 => job!(6),
+                    7 => job!(7),
+                    _ => {
+                        debug_assert_eq!(size, GROUPED_JOB_MAX_ROWS);
+                        job!(8)
+                    }
+                }
+                first += size;
+            }
+            return;
+        }
         let product = Product {
             mat,
             rows,
             x,
             int8,
+            first: 0,
             m,
             outs,
         };
-        if let (true, true, Some((context, vnni)), Some(simd)) =
-            (avx512, grouped, vnni(), V3::try_new())
-        {
-            macro_rules! job {
-                ($m:literal) => {
-                    context.vectorize(VnniJob::<$m> {
-                        simd,
-                        vnni,
-                        product,
-                    })
-                };
-            }
-            return match m {
-                1 => job!(1),
-                2 => job!(2),
-                3 => job!(3),
-                4 => job!(4),
-                5 => job!(5),
-                6 => job!(6),
-                7 => job!(7),
-                8 => job!(8),
-                _ => {
-                    debug_assert!(m > GROUPED_JOB_MAX_ROWS);
-                    job!(0)
-                }
-            };
-        }
         if let Some(v4) = V4::try_new().filter(|_| avx512 && (int8.is_some() || tall)) {
             return v4.vectorize(Job {
                 simd: *v4,
@@ -2331,6 +2493,7 @@ pub(crate) mod imp {
                 rows,
                 x,
                 int8,
+                first: _,
                 m,
                 outs,
             } = product;

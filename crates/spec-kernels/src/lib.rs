@@ -24,14 +24,16 @@
 //!   where several rows of `x` no longer fit in L1 beside a panel (f32 and bf16 from 24 KB of
 //!   `x`, Q4 from 3 rows, Q8_0 from 16), so each vector of `x` read serves two or three times
 //!   the multiply-adds. The grouped integer layouts with VNNI run one job per row count up to
-//!   8, each a tile of one panel × all the rows, and tiles of two panels × 4 rows beyond; so
+//!   8, each a tile of one panel × all the rows, more rows in near-equal chunks of at most 8,
+//!   the panel's two rows side by side in 16-lane `vpdpbusd` (exact sums: the same bits). So
 //!   do f32 rows of more than 1024 inputs (stored in spans) at 6 to 16 rows of `x` (a
-//!   verification of K = 5 to 15, which 16 registers take in two tiles or more), the panel's
-//!   two rows side by side in 16-lane vectors: lane for lane the same operations (up to 14
-//!   rows two panels a tile, each broadcast vector of `x` serving both). At 4 to 14 rows such
-//!   a product's tile ([`SpanTile`]: AVX2's one-panel tiles, or the 16-lane tile with one
-//!   stream of hints or a stream a panel) is picked by timing the candidates on its shape,
-//!   since which is fastest changed with the state of the machine's memory (module `tiles`);
+//!   verification of K = 5 to 15, which 16 registers take in two tiles or more): one tile of
+//!   all the rows, the panel's two rows in 16-lane vectors, lane for lane the same operations
+//!   (up to 14 rows two panels a tile, each broadcast vector of `x` serving both). At 4 to 14
+//!   rows such a product's tile ([`SpanTile`]: AVX2's one-panel tiles, or the 16-lane tile
+//!   with one stream of hints or a stream a panel) is picked by timing the candidates on its
+//!   shape, since which is fastest changed with the state of the machine's memory (module
+//!   `tiles`);
 //! - tiles ask for their weights 4 KB of a panel ahead (`prefetcht0`; for f32 only from three
 //!   rows of `x` on), which measured faster for Q8_0 and bf16 at every row count; the grouped
 //!   tiles 8 KB ahead into L2 only (`prefetcht1`), so that rows of `x` read from L2 do not
