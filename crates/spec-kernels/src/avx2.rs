@@ -1151,7 +1151,8 @@ pub(crate) mod imp {
     /// segment, 8 blocks a vector, scales them into f32 (`sums · scales · steps`) where a
     /// per-block layout takes one a block. Q8_0's blocks after the last whole group go one at
     /// a time. A row's operations do not depend on the tile, and its bits not on `D` (exact
-    /// integer sums).
+    /// integer sums). With `vpdpbusd`, a tile of one panel's two rows takes them side by side
+    /// in 16 lanes ([`paired_grouped_tile`]), the same operations lane for lane.
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
     fn tile_grouped<W: GroupRow, D: IntDot, const RR: usize, const M: usize>(
