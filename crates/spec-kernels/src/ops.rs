@@ -270,9 +270,7 @@ trait Lanes: Copy {
     fn weighted_sum(self, weights: &[f32], values: &[f32], d: usize, out: &mut [f32]);
     /// [`Lanes::scores`] of two queries against the same keys, each bit for bit as alone.
     fn scores_pair(self, q: [&[f32]; 2], keys: &[f32], d: usize, out: [&mut [f32]; 2]) {
-        let [out_a, out_b] = out;
-        self.scores(q[0], keys, d, out_a);
-        self.scores(q[1], keys, d, out_b);
+        scores_each(self, q, keys, d, out);
     }
     /// [`Lanes::weighted_sum`] of two rows of weights over the same values, each bit for bit as
     /// alone.
@@ -283,12 +281,34 @@ trait Lanes: Copy {
         d: usize,
         out: [&mut [f32]; 2],
     ) {
-        let [out_a, out_b] = out;
-        self.weighted_sum(weights[0], values, d, out_a);
-        self.weighted_sum(weights[1], values, d, out_b);
+        weighted_sum_each(self, weights, values, d, out);
     }
     /// `out = silu(gate) · up`.
     fn silu_mul(self, gate: &[f32], up: &[f32], out: &mut [f32]);
+}
+
+/// [`Lanes::scores_pair`] as two [`Lanes::scores`]: the default, and where a pairing does not
+/// apply.
+#[inline(always)]
+fn scores_each<L: Lanes>(lanes: L, q: [&[f32]; 2], keys: &[f32], d: usize, out: [&mut [f32]; 2]) {
+    let [out_a, out_b] = out;
+    lanes.scores(q[0], keys, d, out_a);
+    lanes.scores(q[1], keys, d, out_b);
+}
+
+/// [`Lanes::weighted_sum_pair`] as two [`Lanes::weighted_sum`]: the default, and where a
+/// pairing does not apply.
+#[inline(always)]
+fn weighted_sum_each<L: Lanes>(
+    lanes: L,
+    weights: [&[f32]; 2],
+    values: &[f32],
+    d: usize,
+    out: [&mut [f32]; 2],
+) {
+    let [out_a, out_b] = out;
+    lanes.weighted_sum(weights[0], values, d, out_a);
+    lanes.weighted_sum(weights[1], values, d, out_b);
 }
 
 /// Bytes of keys (or values) one block of positions holds: every query of a part reads the
@@ -480,7 +500,7 @@ mod simd_imp {
 
     use std::ops::Range;
 
-    use super::{Inputs, Lanes, Portable, attend_heads};
+    use super::{Inputs, Lanes, Portable, attend_heads, scores_each, weighted_sum_each};
     use crate::avx2::imp::{pair_halves, split_halves};
 
     /// `ln 2` split so that `n · LN2_HI` is exact for the `n` [`exp`] meets.
@@ -804,10 +824,7 @@ mod simd_imp {
             let total = out[0].len();
             // Fewer than 8 keys (padded in `V3::scores`) or an odd head size: one at a time.
             if !d.is_multiple_of(8) || d == 0 || total < 8 || out[1].len() != total {
-                let [out_a, out_b] = out;
-                self.scores(q[0], keys, d, out_a);
-                self.scores(q[1], keys, d, out_b);
-                return;
+                return scores_each(self, q, keys, d, out);
             }
             let (qa, qb): (&[f32x8], &[f32x8]) = (cast_slice(q[0]), cast_slice(q[1]));
             let [out_a, out_b] = out;
@@ -830,13 +847,11 @@ mod simd_imp {
             d: usize,
             out: [&mut [f32]; 2],
         ) {
-            let [out_a, out_b] = out;
             let (wa, wb) = (weights[0], weights[1]);
             if !d.is_multiple_of(8) || d == 0 || wa.len() != wb.len() {
-                self.weighted_sum(wa, values, d, out_a);
-                self.weighted_sum(wb, values, d, out_b);
-                return;
+                return weighted_sum_each(self, weights, values, d, out);
             }
+            let [out_a, out_b] = out;
             let (f, dq) = (self.0.avx512f, self.0.avx512dq);
             let nv = d / 8;
             let values: &[f32x8] = cast_slice(values);
