@@ -28,6 +28,10 @@ pub enum KernelError {
         expected: usize,
         found: usize,
     },
+    #[error(
+        "a gate/up matrix of {0} rows cannot be run with SwiGLU: it needs a positive multiple of twice the run of 16"
+    )]
+    SwigluRows(usize),
     #[error("attention inputs do not match their shape: {0}")]
     AttentionShape(String),
     #[error("Q4_K superblocks cannot be packed: {0}")]

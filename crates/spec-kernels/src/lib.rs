@@ -1,7 +1,11 @@
 //! CPU kernels for decoding.
 //!
 //! Besides the product below, [`attention`] and [`swiglu`] run the rest of a decoder layer's
-//! host step with the same AVX2 + FMA dispatch (module `ops`).
+//! host step with the same AVX2 + FMA dispatch (module `ops`). A gate/up matrix packed in
+//! [`swiglu_row_order`] runs SwiGLU inside the product
+//! ([`PackedMatrix::matmul_swiglu_into`]): each thread's block of outputs holds both halves of
+//! its features, so it hands on `silu(gate) · up` (half the values) and no separate pass over
+//! the gate/up outputs follows; the bits are those of the stacked product then [`swiglu`].
 //!
 //! The main kernel is a *skinny* matrix product `y[M, n] = x[M, k] · Wᵀ` for the few rows
 //! (`M ≤ 16`) that a decode step or a speculative verification step feeds through a projection
@@ -108,7 +112,10 @@ mod tiles;
 
 pub use error::KernelError;
 pub use ops::{AttentionShape, attention, attention_with, dot, swiglu, swiglu_with};
-pub use pack::{BLOCK, PackedMatrix, Q4Superblock, Q6Superblock, SUPERBLOCK, WeightFormat};
+pub use pack::{
+    BLOCK, PackedMatrix, Q4Superblock, Q6Superblock, SUPERBLOCK, SWIGLU_RUN, WeightFormat,
+    swiglu_row_order,
+};
 pub use tiles::{SpanTile, SpanTileUse, span_tile_uses};
 
 /// Which instruction set a product runs on.

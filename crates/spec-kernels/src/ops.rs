@@ -235,14 +235,18 @@ fn silu_mul_values(gate_up: &[f32], ff: usize, start: usize, out: &mut [f32], si
         let len = (ff - col).min(out.len() - done);
         let gate = &gate_up[row * 2 * ff + col..row * 2 * ff + col + len];
         let up = &gate_up[row * 2 * ff + ff + col..row * 2 * ff + ff + col + len];
-        let piece = &mut out[done..done + len];
-        if simd {
-            simd_imp::silu_mul_simd(gate, up, piece);
-        } else {
-            Portable.silu_mul(gate, up, piece);
-        }
+        silu_mul(gate, up, &mut out[done..done + len], simd);
         at += len;
         done += len;
+    }
+}
+
+/// `out = silu(gate) · up`, in SIMD where `simd`.
+pub(crate) fn silu_mul(gate: &[f32], up: &[f32], out: &mut [f32], simd: bool) {
+    if simd {
+        simd_imp::silu_mul_simd(gate, up, out);
+    } else {
+        Portable.silu_mul(gate, up, out);
     }
 }
 

@@ -24,6 +24,46 @@ pub(crate) fn rows_in_panels(rows: usize) -> usize {
     rows.div_ceil(PANEL) * PANEL
 }
 
+/// In a matrix for [`PackedMatrix::matmul_swiglu_with`], gate rows and up rows alternate in runs
+/// of this many ([`swiglu_row_order`]).
+pub const SWIGLU_RUN: usize = 16;
+
+/// The row order of a gate/up matrix for [`PackedMatrix::matmul_swiglu_with`]: its row `p` is
+/// row `order[p]` of `[gate; up]` (`2 · ff` rows), runs of [`SWIGLU_RUN`] gate rows each
+/// followed by the same features' up rows. So a thread's block of outputs holds both halves of
+/// its features, and the thread applies SwiGLU to them itself, handing on `ff` values a row of
+/// `x` instead of `2 · ff`. `None` when `ff` is not a positive multiple of the run.
+pub fn swiglu_row_order(ff: usize) -> Option<Vec<usize>> {
+    if ff == 0 || !ff.is_multiple_of(SWIGLU_RUN) {
+        return None;
+    }
+    Some(
+        (0..ff)
+            .step_by(SWIGLU_RUN)
+            .flat_map(|f| (f..f + SWIGLU_RUN).chain(ff + f..ff + f + SWIGLU_RUN))
+            .collect(),
+    )
+}
+
+/// Where a product's outputs go.
+enum Sink<'a> {
+    /// `y[m, rows]`.
+    Rows(&'a mut [f32]),
+    /// `act[m, rows / 2]`: `silu(gate) · up` of the rows in [`swiglu_row_order`].
+    Swiglu(&'a mut [f32]),
+}
+
+/// SwiGLU of one row of `x`'s outputs `pairs` (runs in [`swiglu_row_order`]) into `out`.
+fn swiglu_runs(pairs: &[f32], out: &mut [f32], simd: bool) {
+    for (pair, out) in pairs
+        .chunks_exact(2 * SWIGLU_RUN)
+        .zip(out.chunks_exact_mut(SWIGLU_RUN))
+    {
+        let (gate, up) = pair.split_at(SWIGLU_RUN);
+        crate::ops::silu_mul(gate, up, out, simd);
+    }
+}
+
 /// Where block `b` of row `r` is stored, in blocks from the start (`blocks` a row).
 #[inline(always)]
 pub(crate) fn block_index(r: usize, b: usize, blocks: usize) -> usize {
@@ -795,6 +835,56 @@ impl PackedMatrix {
         y: &mut [f32],
         exec: Exec,
     ) -> Result<(), KernelError> {
+        let n = self.rows;
+        if y.len() != m * n {
+            return Err(KernelError::OutputLength {
+                rows: m,
+                cols: n,
+                expected: m * n,
+                found: y.len(),
+            });
+        }
+        self.product(x, m, Sink::Rows(y), exec)
+    }
+
+    /// `act[m, rows / 2] = silu(gate) · up` where `gate` and `up` are the rows of
+    /// `x[m, cols] · Wᵀ` in [`swiglu_row_order`] (the matrix packed in that order), with the
+    /// default [`Exec`]. Each thread applies SwiGLU to its own block of outputs; the values are
+    /// the same bits as [`crate::swiglu`] of the product of `[gate; up]` stacked.
+    pub fn matmul_swiglu_into(
+        &self,
+        x: &[f32],
+        m: usize,
+        act: &mut [f32],
+    ) -> Result<(), KernelError> {
+        self.matmul_swiglu_with(x, m, act, Exec::default())
+    }
+
+    /// [`PackedMatrix::matmul_swiglu_into`] executed as `exec` says.
+    pub fn matmul_swiglu_with(
+        &self,
+        x: &[f32],
+        m: usize,
+        act: &mut [f32],
+        exec: Exec,
+    ) -> Result<(), KernelError> {
+        let n = self.rows;
+        if n == 0 || !n.is_multiple_of(2 * SWIGLU_RUN) {
+            return Err(KernelError::SwigluRows(n));
+        }
+        if act.len() != m * n / 2 {
+            return Err(KernelError::OutputLength {
+                rows: m,
+                cols: n / 2,
+                expected: m * n / 2,
+                found: act.len(),
+            });
+        }
+        self.product(x, m, Sink::Swiglu(act), exec)
+    }
+
+    /// Checks `x`, then runs the product into `sink`.
+    fn product(&self, x: &[f32], m: usize, sink: Sink<'_>, exec: Exec) -> Result<(), KernelError> {
         let (n, k, kp) = (self.rows, self.cols, self.padded_cols);
         if x.len() != m * k {
             return Err(KernelError::InputLength {
@@ -802,14 +892,6 @@ impl PackedMatrix {
                 cols: k,
                 expected: m * k,
                 found: x.len(),
-            });
-        }
-        if y.len() != m * n {
-            return Err(KernelError::OutputLength {
-                rows: m,
-                cols: n,
-                expected: m * n,
-                found: y.len(),
             });
         }
         if m == 0 || n == 0 {
@@ -863,7 +945,7 @@ impl PackedMatrix {
                 scalar::run(self, rows, xs, m, outs);
             }
         };
-        self.run_split(exec, m, y, run);
+        self.run_split(exec, m, sink, run);
         if let Some(timing) = timing {
             timing.finish();
         }
@@ -871,15 +953,38 @@ impl PackedMatrix {
     }
 
     /// Runs `run` over the output rows, split over the kernels' threads where `exec` allows
-    /// and the product is large enough to pay (`y` is `[m, rows]`).
+    /// and the product is large enough to pay, into `sink`. For [`Sink::Swiglu`] each block
+    /// holds whole runs of pairs, runs into a buffer of its own thread and hands on only its
+    /// SwiGLU values.
     fn run_split(
         &self,
         exec: Exec,
         m: usize,
-        y: &mut [f32],
+        sink: Sink<'_>,
         run: impl Fn(Range<usize>, &mut [&mut [f32]]) + Sync,
     ) {
         let (n, kp) = (self.rows, self.padded_cols);
+        let simd = exec.isa != Isa::Scalar && avx2::available();
+        let (dest, swiglu) = match sink {
+            Sink::Rows(y) => (y, false),
+            Sink::Swiglu(act) => (act, true),
+        };
+        // Outputs of `rows` rows of the matrix, and the values they hand on.
+        let handed = |rows: usize| if swiglu { rows / 2 } else { rows };
+        // Runs `rows` into `outs` (`handed(rows.len())` values of each row of `x`).
+        let block = |rows: Range<usize>, outs: &mut [&mut [f32]]| {
+            if !swiglu {
+                run(rows, outs);
+                return;
+            }
+            let len = rows.len();
+            let mut local = vec![0.0f32; m * len];
+            let mut parts: Vec<&mut [f32]> = local.chunks_exact_mut(len).collect();
+            run(rows, &mut parts);
+            for (pairs, out) in local.chunks_exact(len).zip(outs.iter_mut()) {
+                swiglu_runs(pairs, out, simd);
+            }
+        };
 
         let team = (exec.parallel && n * kp >= PARALLEL_MIN_WEIGHTS).then(Team::get);
         let threads = team.map_or(1, Team::threads);
@@ -892,18 +997,25 @@ impl PackedMatrix {
             (threads * per_thread).min(n.div_ceil(16)).max(1)
         };
         let Some(team) = team.filter(|_| blocks > 1) else {
-            let mut outs: Vec<&mut [f32]> = y.chunks_exact_mut(n).collect();
-            run(0..n, &mut outs);
+            let mut outs: Vec<&mut [f32]> = dest.chunks_exact_mut(handed(n)).collect();
+            block(0..n, &mut outs);
             return;
         };
-        // A thread's rows start at a group of spans (see `span_width`).
-        let align = if self.spanned() { SPAN_GROUP } else { 4 };
+        // A thread's rows start at a group of spans (see `span_width`), and SwiGLU's at a run
+        // of pairs (a multiple of the span group).
+        let align = if swiglu {
+            2 * SWIGLU_RUN
+        } else if self.spanned() {
+            SPAN_GROUP
+        } else {
+            4
+        };
         let block_rows = n.div_ceil(blocks).div_ceil(align) * align;
         let blocks = n.div_ceil(block_rows);
-        // outs[b][i] is row i of y restricted to the output columns of block b.
+        // outs[b][i] is row i of the destination restricted to the values of block b.
         let mut outs: Vec<Vec<&mut [f32]>> = (0..blocks).map(|_| Vec::with_capacity(m)).collect();
-        for y_row in y.chunks_exact_mut(n) {
-            for (b, part) in y_row.chunks_mut(block_rows).enumerate() {
+        for dest_row in dest.chunks_exact_mut(handed(n)) {
+            for (b, part) in dest_row.chunks_mut(handed(block_rows)).enumerate() {
                 outs[b].push(part);
             }
         }
@@ -911,7 +1023,7 @@ impl PackedMatrix {
         team.run(blocks, &|b| {
             let start = b * block_rows;
             if let Ok(mut parts) = outs[b].lock() {
-                run(start..(start + block_rows).min(n), &mut parts);
+                block(start..(start + block_rows).min(n), &mut parts);
             }
         });
     }

@@ -10,8 +10,8 @@ use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use spec_kernels::{
-    Exec, Isa, KernelError, PackedMatrix, Q4Superblock, Q6Superblock, SUPERBLOCK, SpanTile,
-    WeightFormat,
+    Exec, Isa, KernelError, PackedMatrix, Q4Superblock, Q6Superblock, SUPERBLOCK, SWIGLU_RUN,
+    SpanTile, WeightFormat, swiglu_row_order, swiglu_with,
 };
 
 const FORMATS: [WeightFormat; 7] = WeightFormat::ALL;
@@ -345,6 +345,110 @@ fn a_row_does_not_depend_on_the_others() {
             }
         }
     }
+}
+
+/// `rows` (`[2 ff, k]`, as `T` holds them) in [`swiglu_row_order`].
+fn in_swiglu_order<T: Clone>(rows: &[T], ff: usize) -> Vec<T> {
+    let per_row = rows.len() / (2 * ff);
+    swiglu_row_order(ff)
+        .unwrap()
+        .into_iter()
+        .flat_map(|r| rows[r * per_row..(r + 1) * per_row].iter().cloned())
+        .collect()
+}
+
+/// The fused gate/up product hands on `silu(gate) · up` with the bits of the stacked product
+/// followed by `swiglu`, in every format (superblocks included), on every instruction set,
+/// threaded or not, split into one block a thread (192 rows) and into several (3072 rows of
+/// 1536: 4 blocks a thread), at 1 to 16 rows of `x` and more.
+#[test]
+fn the_fused_swiglu_product_gives_the_stacked_products_bits() {
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    for (ff, k, k_super) in [(96, 1100, 512), (1536, 1536, 1536)] {
+        let n = 2 * ff;
+        let mut pairs: Vec<(PackedMatrix, PackedMatrix)> = FORMATS
+            .into_iter()
+            .map(|format| {
+                let weights = weights_for(format, n, k, &mut rng);
+                let fused = in_swiglu_order(&weights, ff);
+                (
+                    PackedMatrix::pack(&weights, n, k, format).unwrap(),
+                    PackedMatrix::pack(&fused, n, k, format).unwrap(),
+                )
+            })
+            .collect();
+        let blocks = superblocks(n, k_super, &mut rng);
+        let fused = in_swiglu_order(&blocks, ff);
+        pairs.push((
+            PackedMatrix::pack_q4_superblocks(&blocks, n, k_super, WeightFormat::Q4A8).unwrap(),
+            PackedMatrix::pack_q4_superblocks(&fused, n, k_super, WeightFormat::Q4A8).unwrap(),
+        ));
+        let blocks = superblocks_6(n, k_super, &mut rng);
+        let fused = in_swiglu_order(&blocks, ff);
+        pairs.push((
+            PackedMatrix::pack_q6_superblocks(&blocks, n, k_super, WeightFormat::Q4A8).unwrap(),
+            PackedMatrix::pack_q6_superblocks(&fused, n, k_super, WeightFormat::Q4A8).unwrap(),
+        ));
+        let rows: Vec<usize> = if ff < 1000 {
+            (1..=16).chain([23]).collect()
+        } else {
+            vec![1, 2, 5, 9]
+        };
+        for (stacked, fused) in &pairs {
+            let k = stacked.cols();
+            let x = random(23 * k, &mut rng);
+            for &m in &rows {
+                for isa in [Isa::Auto, Isa::Avx2, Isa::Scalar] {
+                    for parallel in [false, true] {
+                        let exec = Exec {
+                            isa,
+                            parallel,
+                            span_tile: None,
+                        };
+                        let mut y = vec![f32::NAN; m * n];
+                        stacked.matmul_with(&x[..m * k], m, &mut y, exec).unwrap();
+                        let expected = swiglu_with(&y, ff, isa);
+                        let mut act = vec![f32::NAN; m * ff];
+                        fused
+                            .matmul_swiglu_with(&x[..m * k], m, &mut act, exec)
+                            .unwrap();
+                        let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                        assert!(
+                            bits(&act) == bits(&expected),
+                            "{} ff={ff} m={m} {isa:?} parallel={parallel}: the fused product \
+                             differs from the stacked one",
+                            stacked.format()
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn the_fused_swiglu_product_refuses_what_it_cannot_pair() {
+    assert_eq!(swiglu_row_order(0), None);
+    assert_eq!(swiglu_row_order(SWIGLU_RUN + 8), None);
+    let order = swiglu_row_order(2 * SWIGLU_RUN).unwrap();
+    assert_eq!(order[..3], [0, 1, 2]);
+    assert_eq!(order[SWIGLU_RUN], 2 * SWIGLU_RUN);
+    assert_eq!(order[2 * SWIGLU_RUN], SWIGLU_RUN);
+    let mut sorted = order.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, (0..4 * SWIGLU_RUN).collect::<Vec<_>>());
+    // 48 rows: not whole runs of pairs.
+    let mat = PackedMatrix::pack(&[0.5; 48 * 32], 48, 32, WeightFormat::F32).unwrap();
+    let mut act = vec![0.0; 24];
+    assert_eq!(
+        mat.matmul_swiglu_into(&[1.0; 32], 1, &mut act),
+        Err(KernelError::SwigluRows(48))
+    );
+    let mat = PackedMatrix::pack(&[0.5; 64 * 32], 64, 32, WeightFormat::F32).unwrap();
+    assert!(matches!(
+        mat.matmul_swiglu_into(&[1.0; 32], 1, &mut act),
+        Err(KernelError::OutputLength { expected: 32, .. })
+    ));
 }
 
 /// Every tile of f32 rows stored in spans, asked for or picked by timing, gives each row of

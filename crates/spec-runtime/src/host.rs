@@ -116,9 +116,12 @@ pub(crate) fn block_forward<B: Backend>(
     add_into(x, &out);
 
     let normed = rms_norm(x, n, &block.post_attention_norm)?;
-    let gate_up = packed.gate_up.apply(&normed, n)?;
-    let ff = packed.gate_up.matrix.rows() / 2;
-    let act = spec_kernels::swiglu(&gate_up, ff);
+    let act = if packed.swiglu_paired {
+        packed.gate_up.swiglu(&normed, n)?
+    } else {
+        let gate_up = packed.gate_up.apply(&normed, n)?;
+        spec_kernels::swiglu(&gate_up, packed.gate_up.matrix.rows() / 2)
+    };
     let out = packed.down.apply(&act, n)?;
     add_into(x, &out);
     Ok(())

@@ -95,6 +95,21 @@ impl SkinnyLinear {
         Ok(y)
     }
 
+    /// SwiGLU of `x` `[n, in]` through a gate/up projection packed in
+    /// [`spec_kernels::swiglu_row_order`] without a bias: `[n, out / 2]`.
+    pub(crate) fn swiglu(&self, x: &[f32], n: usize) -> Result<Vec<f32>> {
+        if self.bias.is_some() {
+            return Err(RuntimeError::InvalidRequest(
+                "a gate/up projection with a bias cannot run SwiGLU in the product".into(),
+            ));
+        }
+        let mut act = vec![0.0f32; n * (self.matrix.rows() / 2)];
+        self.matrix
+            .matmul_swiglu_into(x, n, &mut act)
+            .map_err(|e| RuntimeError::InvalidRequest(format!("skinny SwiGLU product: {e}")))?;
+        Ok(act)
+    }
+
     /// The weights `[out, in]` and bias when stored exactly (f32), for repacking.
     fn exact_weights(&self) -> Result<HostProjection> {
         if self.matrix.format() != WeightFormat::F32 {
@@ -134,8 +149,14 @@ pub struct PackedBlock {
     /// `[q_out + 2 · kv_out, hidden]`, with the stacked biases.
     pub qkv: SkinnyLinear,
     pub o: SkinnyLinear,
-    /// `[2 · intermediate, hidden]`: gate rows, then up rows.
+    /// `[2 · intermediate, hidden]`: gate rows, then up rows; or, where `swiglu_paired`, the
+    /// same rows in [`spec_kernels::swiglu_row_order`].
     pub gate_up: SkinnyLinear,
+    /// Whether `gate_up` runs with SwiGLU in the product ([`SkinnyLinear::swiglu`]): each
+    /// thread computes a feature's gate and up and hands on only `silu(gate) · up`. Taken where
+    /// the intermediate size is a multiple of [`spec_kernels::SWIGLU_RUN`] and neither
+    /// projection has a bias.
+    pub swiglu_paired: bool,
     pub down: SkinnyLinear,
 }
 
@@ -183,18 +204,41 @@ impl<'a> Projection<'a> {
     }
 }
 
-/// `parts` stacked row-wise into one packed projection (they must share `cols`). In `q4-a8`
-/// (and `q4-a8-lossy`), parts that all come as Q4_K superblocks, or all as Q6_K ones, are
-/// packed from them, as they are.
-fn stack(parts: &[Projection<'_>], format: WeightFormat) -> Result<SkinnyLinear> {
+/// The rows of `stacked` (whole rows of `stacked.len() / order.len()` entries) in `order`: row
+/// `p` of the result is row `order[p]` of `stacked`; `stacked` as it is without an order.
+fn reorder_rows<T: Clone>(stacked: Vec<T>, order: Option<&[usize]>) -> Vec<T> {
+    let Some(order) = order.filter(|o| !o.is_empty()) else {
+        return stacked;
+    };
+    let per_row = stacked.len() / order.len();
+    order
+        .iter()
+        .flat_map(|&r| stacked[r * per_row..(r + 1) * per_row].iter().cloned())
+        .collect()
+}
+
+/// `parts` stacked row-wise into one packed projection (they must share `cols`), its rows in
+/// `order` when given ([`reorder_rows`]). In `q4-a8` (and `q4-a8-lossy`), parts that all come
+/// as Q4_K superblocks, or all as Q6_K ones, are packed from them, as they are.
+fn stack(
+    parts: &[Projection<'_>],
+    format: WeightFormat,
+    order: Option<&[usize]>,
+) -> Result<SkinnyLinear> {
     let cols = parts.first().map_or(0, |p| p.cols);
     if parts.iter().any(|p| p.cols != cols) {
         return Err(RuntimeError::InvalidConfig(
             "stacked projections of different widths".into(),
         ));
     }
-    let rows = parts.iter().map(|p| p.rows).sum();
-    let bias = stacked_bias(parts);
+    let rows: usize = parts.iter().map(|p| p.rows).sum();
+    if order.is_some_and(|o| o.len() != rows) {
+        return Err(RuntimeError::InvalidConfig(format!(
+            "a row order of {} rows for {rows} stacked rows",
+            order.map_or(0, <[usize]>::len)
+        )));
+    }
+    let bias = stacked_bias(parts).map(|b| reorder_rows(b, order));
     if format.keeps_superblocks() {
         let mut q4 = Vec::new();
         let mut q6 = Vec::new();
@@ -207,14 +251,14 @@ fn stack(parts: &[Projection<'_>], format: WeightFormat) -> Result<SkinnyLinear>
         }
         let packed = if q4.len() == parts.len() {
             Some(PackedMatrix::pack_q4_superblocks(
-                &q4.concat(),
+                &reorder_rows(q4.concat(), order),
                 rows,
                 cols,
                 format,
             ))
         } else if q6.len() == parts.len() {
             Some(PackedMatrix::pack_q6_superblocks(
-                &q6.concat(),
+                &reorder_rows(q6.concat(), order),
                 rows,
                 cols,
                 format,
@@ -232,7 +276,7 @@ fn stack(parts: &[Projection<'_>], format: WeightFormat) -> Result<SkinnyLinear>
     for p in parts {
         weight.extend_from_slice(p.weight);
     }
-    SkinnyLinear::new(&weight, rows, cols, bias, format)
+    SkinnyLinear::new(&reorder_rows(weight, order), rows, cols, bias, format)
 }
 
 /// The biases of `parts` stacked, zeros for a part without one; `None` when none has one.
@@ -252,48 +296,71 @@ impl PackedBlock {
     /// Packs the seven projections of a block, given in the order q, k, v, o, gate, up, down.
     fn new(p: [Projection<'_>; 7], format: WeightFormat) -> Result<Self> {
         let [q, k, v, o, gate, up, down] = p;
+        let order = (gate.rows == up.rows && gate.bias.is_none() && up.bias.is_none())
+            .then(|| spec_kernels::swiglu_row_order(gate.rows))
+            .flatten();
         Ok(Self {
-            qkv: stack(&[q, k, v], format)?,
-            o: stack(&[o], format)?,
-            gate_up: stack(&[gate, up], format)?,
-            down: stack(&[down], format)?,
+            qkv: stack(&[q, k, v], format, None)?,
+            o: stack(&[o], format, None)?,
+            gate_up: stack(&[gate, up], format, order.as_deref())?,
+            swiglu_paired: order.is_some(),
+            down: stack(&[down], format, None)?,
         })
     }
 
     /// The seven projections back (q, k, v, o, gate, up, down), when stored exactly (f32):
-    /// `q_rows` and `kv_rows` split the stacked q/k/v, gate and up are halves. Projections
-    /// stacked with a biased one come back with zeros for a bias.
+    /// `q_rows` and `kv_rows` split the stacked q/k/v, gate and up are halves (back in that
+    /// order where they were paired). Projections stacked with a biased one come back with
+    /// zeros for a bias.
     fn unstack(&self, q_rows: usize, kv_rows: usize) -> Result<[HostProjection; 7]> {
-        let split = |linear: &SkinnyLinear, sizes: &[usize]| -> Result<Vec<HostProjection>> {
+        // `order[p]` is the stacked row that packed row `p` holds.
+        let split = |linear: &SkinnyLinear,
+                     sizes: &[usize],
+                     order: Option<&[usize]>|
+         -> Result<Vec<HostProjection>> {
             let (weight, bias) = linear.exact_weights()?;
-            let cols = linear.matrix.cols();
-            if sizes.iter().sum::<usize>() != linear.matrix.rows() {
+            let (rows, cols) = (linear.matrix.rows(), linear.matrix.cols());
+            if sizes.iter().sum::<usize>() != rows || order.is_some_and(|o| o.len() != rows) {
                 return Err(RuntimeError::InvalidConfig(format!(
-                    "a packed projection of {} rows split as {sizes:?}",
-                    linear.matrix.rows()
+                    "a packed projection of {rows} rows split as {sizes:?}"
                 )));
+            }
+            // Stacked row `r` is packed row `packed_row[r]`.
+            let mut packed_row: Vec<usize> = (0..rows).collect();
+            for (p, &r) in order.into_iter().flatten().enumerate() {
+                packed_row[r] = p;
             }
             let mut row = 0;
             let mut parts = Vec::with_capacity(sizes.len());
-            for &rows in sizes {
+            for &n in sizes {
+                let stacked = || packed_row[row..row + n].iter().copied();
                 let weight = HostTensor {
-                    data: weight.data[row * cols..(row + rows) * cols].to_vec(),
-                    shape: vec![rows, cols],
+                    data: stacked()
+                        .flat_map(|p| weight.data[p * cols..(p + 1) * cols].iter().copied())
+                        .collect(),
+                    shape: vec![n, cols],
                 };
                 let bias = bias.as_ref().map(|b| HostTensor {
-                    data: b.data[row..row + rows].to_vec(),
-                    shape: vec![rows],
+                    data: stacked().map(|p| b.data[p]).collect(),
+                    shape: vec![n],
                 });
                 parts.push((weight, bias));
-                row += rows;
+                row += n;
             }
             Ok(parts)
         };
         let ff = self.gate_up.matrix.rows() / 2;
-        let mut parts = split(&self.qkv, &[q_rows, kv_rows, kv_rows])?;
-        parts.extend(split(&self.o, &[self.o.matrix.rows()])?);
-        parts.extend(split(&self.gate_up, &[ff, ff])?);
-        parts.extend(split(&self.down, &[self.down.matrix.rows()])?);
+        let order = if self.swiglu_paired {
+            Some(spec_kernels::swiglu_row_order(ff).ok_or_else(|| {
+                RuntimeError::InvalidConfig(format!("gate/up rows paired with {ff} features"))
+            })?)
+        } else {
+            None
+        };
+        let mut parts = split(&self.qkv, &[q_rows, kv_rows, kv_rows], None)?;
+        parts.extend(split(&self.o, &[self.o.matrix.rows()], None)?);
+        parts.extend(split(&self.gate_up, &[ff, ff], order.as_deref())?);
+        parts.extend(split(&self.down, &[self.down.matrix.rows()], None)?);
         parts
             .try_into()
             .map_err(|_| RuntimeError::InvalidConfig("a block of seven projections".into()))
@@ -1001,7 +1068,7 @@ impl<B: Backend> Transformer<B> {
             Some(match (skinny_format, &superblocks) {
                 (Some(format), Some(_)) => {
                     let part = Projection::of(&weight, None).with_superblocks(superblocks.as_ref());
-                    let skinny = stack(&[part], format)?;
+                    let skinny = stack(&[part], format, None)?;
                     Linear::with_skinny(weight, None, Some(skinny), options.keep_unpacked, device)?
                 }
                 _ => Linear::from_host(weight, None, skinny_format, options.keep_unpacked, device)?,
