@@ -835,15 +835,6 @@ impl PackedMatrix {
         y: &mut [f32],
         exec: Exec,
     ) -> Result<(), KernelError> {
-        let n = self.rows;
-        if y.len() != m * n {
-            return Err(KernelError::OutputLength {
-                rows: m,
-                cols: n,
-                expected: m * n,
-                found: y.len(),
-            });
-        }
         self.product(x, m, Sink::Rows(y), exec)
     }
 
@@ -872,20 +863,24 @@ impl PackedMatrix {
         if n == 0 || !n.is_multiple_of(2 * SWIGLU_RUN) {
             return Err(KernelError::SwigluRows(n));
         }
-        if act.len() != m * n / 2 {
-            return Err(KernelError::OutputLength {
-                rows: m,
-                cols: n / 2,
-                expected: m * n / 2,
-                found: act.len(),
-            });
-        }
         self.product(x, m, Sink::Swiglu(act), exec)
     }
 
-    /// Checks `x`, then runs the product into `sink`.
+    /// Checks `x` and `sink`'s length, then runs the product into `sink`.
     fn product(&self, x: &[f32], m: usize, sink: Sink<'_>, exec: Exec) -> Result<(), KernelError> {
         let (n, k, kp) = (self.rows, self.cols, self.padded_cols);
+        let (cols, found) = match &sink {
+            Sink::Rows(y) => (n, y.len()),
+            Sink::Swiglu(act) => (n / 2, act.len()),
+        };
+        if found != m * cols {
+            return Err(KernelError::OutputLength {
+                rows: m,
+                cols,
+                expected: m * cols,
+                found,
+            });
+        }
         if x.len() != m * k {
             return Err(KernelError::InputLength {
                 rows: m,
