@@ -6,7 +6,9 @@ use burn::tensor::{Tensor, backend::Backend};
 use spec_core::error::Source;
 use spec_core::length::{ChainOutlook, ChainTrials};
 use spec_core::rng::SpecRng;
-use spec_core::sampling::{SamplingConfig, probabilities, sample_probabilities, top_probabilities};
+use spec_core::sampling::{
+    SamplingConfig, probabilities, sample_logits, sample_probabilities, top_probabilities,
+};
 use spec_core::tree::TokenTree;
 use spec_core::verify::{Proposal, Verdict};
 use spec_engine::{Draft, Drafter, EngineError};
@@ -474,10 +476,21 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
                 }
                 _ => None,
             };
-            let q = probabilities(self.fit_logits(logits), sampling)?;
-            // Greedy settings make q the point mass on the argmax, which this draws whatever the
-            // uniform; sampled settings draw from q, the distribution the verifier is handed.
-            let token = sample_probabilities(q.clone(), rng, Source::Draft)?[0];
+            let (token, q) = if sampling.is_greedy() {
+                // Greedy settings make q the point mass on the argmax: the verifier reads the
+                // draft as a fixed candidate (`Proposal::Deterministic`), so no `[1, vocab]`
+                // row is built or drawn from (on flex, several parallel tensor operations a
+                // draft, whose thread-pool wake-ups competed with the kernels' threads).
+                let token = sample_logits(self.fit_logits(logits), sampling, rng, Source::Draft)?;
+                (token[0], None)
+            } else {
+                // Sampled settings draw from q, the distribution the verifier is handed.
+                let q = probabilities(self.fit_logits(logits), sampling)?;
+                (
+                    sample_probabilities(q.clone(), rng, Source::Draft)?[0],
+                    Some(q),
+                )
+            };
             if let Some(confidence) = confidence {
                 let alpha = self.auto.alpha_at(confidence);
                 // Until `c` is measured a step drafts at least once, or it would time nothing
@@ -491,7 +504,7 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
                 chain = chain.extended(alpha);
                 trials.propose(confidence);
             }
-            rows.push(q);
+            rows.extend(q);
             drafted.push(token);
             pending = vec![token];
         }
@@ -511,10 +524,14 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
                 ..Draft::none(root)
             });
         }
-        let q = self.pad_q(Tensor::cat(rows, 0));
+        let proposal = if rows.is_empty() {
+            Proposal::Deterministic
+        } else {
+            Proposal::Sampled(self.pad_q(Tensor::cat(rows, 0)))
+        };
         Ok(Draft {
             tree: TokenTree::chain(root, &drafted),
-            proposal: Proposal::Sampled(q),
+            proposal,
             draft_forwards,
         })
     }

@@ -22,7 +22,10 @@
 //! from the `q` it stacks into [`Proposal::Sampled`](spec_core::verify::Proposal::Sampled), and
 //! the acceptance test, residual and bonus draw come from `spec-core`'s verifier through the loop
 //! of `spec-engine`. Greedy settings (temperature 0) make `q` and `p` point masses on the argmax,
-//! so the output equals plain greedy decoding of the target token for token.
+//! so the output equals plain greedy decoding of the target token for token; the drafter then
+//! takes each draft row's argmax ([`spec_core::sampling::sample_logits`]) and proposes the
+//! drafts as fixed candidates ([`Proposal::Deterministic`](spec_core::verify::Proposal)), which
+//! greedy verification accepts exactly where the target's argmax agrees, with no `q` rows built.
 //! Sampled output follows the same *distribution* as plain sampling but not the same tokens for
 //! a seed: drafts and verification draw their own uniforms from the run's random stream.
 //!
