@@ -45,7 +45,7 @@ pub(crate) mod imp {
     trait Row: Copy {
         /// Weights `32 b + 8 j .. 32 b + 8 j + 8` widened to f32, `j < 4`.
         fn part(self, simd: V3, b: usize, j: usize) -> f32x8;
-        /// Asks for block `b` of this row's panel (every row of it) to be brought into L1.
+        /// Asks for block `b` of this row's panel (every row of it) ([`WEIGHTS_HINT`]).
         fn prefetch(self, simd: V3, b: usize);
         /// Bytes of one block of a whole panel (what [`Row::prefetch`] asks for).
         const PANEL_BLOCK_BYTES: usize;
@@ -62,32 +62,30 @@ pub(crate) mod imp {
     /// consume few bytes per cycle, to cover memory latency.
     const PREFETCH_AHEAD_BYTES: usize = 4096;
 
-    /// How far ahead the grouped tiles ([`tile_grouped`]) ask for their panels' weights, and
-    /// only into L2 ([`L2`]): 8 KB of each panel. The tiles of several rows of `x` read `x`
-    /// from L1, and for long rows (the 1.5B's down projection, 8960 inputs: 35 KB at 4 rows)
-    /// from L2; weights hinted into L1 as well left them waiting behind the weights' misses to
-    /// memory. On a 1.5B-sized product streamed from memory by both cores, against 4 KB into
-    /// L1: 1536 × 8960 at 4 rows 66 → 101 G multiply-adds a second, 8960 × 1536 105 → 122,
-    /// one row 29 → 37 and 33 → 38 (docs/benchmarks.md, twenty-first session).
+    /// How far ahead the grouped tiles ([`tile_grouped`]) ask for their panels' weights: 8 KB
+    /// of each panel. Chosen when these hints went into L2 only (`T1`): against 4 KB into L1,
+    /// on a 1.5B-sized product streamed from memory by both cores, 1536 × 8960 at 4 rows 66 →
+    /// 101 G multiply-adds a second, 8960 × 1536 105 → 122, one row 29 → 37 and 33 → 38
+    /// (docs/benchmarks.md, twenty-first session); now non-temporal ([`WEIGHTS_HINT`]).
     const GROUPED_PREFETCH_AHEAD_BYTES: usize = 8192;
 
-    /// `_mm_prefetch` hints: into L1, or into L2 only.
-    const L1: i32 = core::arch::x86_64::_MM_HINT_T0;
-    const L2: i32 = core::arch::x86_64::_MM_HINT_T1;
+    /// The `_mm_prefetch` hint for weights: non-temporal. A decode step reads each weight once,
+    /// and weights hinted into L1 or L2 (`T0`, `T1`) were written back into L2 and AMD's victim
+    /// L3 on eviction, pushing out what the next product and the next step read again (the KV
+    /// cache, the rows of `x`, the outputs). On AMD a non-temporal prefetch that misses L2 fills
+    /// L1 alone and is dropped on eviction. Against `T0` / `T1` on the Zen 5 (`spec
+    /// bench-forward`, alternated builds, docs/benchmarks.md, forty-eighth session): SmolLM2 in
+    /// `q8_0-a8` one row 3.69 → 3.48 ms, the 0.5B one row 12.5 → 11.7 ms; the 1.5B in f32 (hints
+    /// from 3 rows on) level.
+    const WEIGHTS_HINT: i32 = core::arch::x86_64::_MM_HINT_NTA;
 
-    /// Hints the cache lines of the `bytes` bytes from `start` into L1. Only an address: nothing
-    /// is read, so a hint past the end of the weights is harmless.
+    /// Hints the cache lines of the `bytes` bytes from `start` ([`WEIGHTS_HINT`]). Only an
+    /// address: nothing is read, so a hint past the end of the weights is harmless.
     #[inline(always)]
     fn prefetch_lines(simd: V3, start: *const u8, bytes: usize) {
-        prefetch_lines_into::<L1>(simd, start, bytes);
-    }
-
-    /// [`prefetch_lines`] into the cache level of `HINT` ([`L1`] or [`L2`]).
-    #[inline(always)]
-    fn prefetch_lines_into<const HINT: i32>(simd: V3, start: *const u8, bytes: usize) {
         for line in (0..bytes).step_by(64) {
             simd.sse
-                ._mm_prefetch::<HINT>(start.wrapping_add(line).cast());
+                ._mm_prefetch::<WEIGHTS_HINT>(start.wrapping_add(line).cast());
         }
     }
 
@@ -96,25 +94,14 @@ pub(crate) mod imp {
     /// block fill a line every 8 blocks, Q4's 16 bytes every 4).
     #[inline(always)]
     fn prefetch_quantized<Q, S>(simd: V3, quants: &[Q], side: &[S], b: usize) {
-        prefetch_quantized_into::<L1, Q, S>(simd, quants, side, b);
-    }
-
-    /// [`prefetch_quantized`] into the cache level of `HINT`.
-    #[inline(always)]
-    fn prefetch_quantized_into<const HINT: i32, Q, S>(
-        simd: V3,
-        quants: &[Q],
-        side: &[S],
-        b: usize,
-    ) {
-        prefetch_lines_into::<HINT>(
+        prefetch_lines(
             simd,
             quants.as_ptr().wrapping_add(b * PANEL).cast(),
             PANEL * size_of::<Q>(),
         );
         let blocks_a_line = (64 / (PANEL * size_of::<S>())).max(1);
         if b.is_multiple_of(blocks_a_line) {
-            prefetch_lines_into::<HINT>(simd, side.as_ptr().wrapping_add(b * PANEL).cast(), 64);
+            prefetch_lines(simd, side.as_ptr().wrapping_add(b * PANEL).cast(), 64);
         }
     }
 
@@ -903,12 +890,7 @@ pub(crate) mod imp {
         fn prefetch(self, simd: V3, g: usize) {
             let ahead = GROUPED_PREFETCH_AHEAD_BYTES / <Self as Row>::PANEL_BLOCK_BYTES;
             for t in 0..GROUP {
-                prefetch_quantized_into::<L2, _, _>(
-                    simd,
-                    self.quants,
-                    self.scales,
-                    g * GROUP + t + ahead,
-                );
+                prefetch_quantized(simd, self.quants, self.scales, g * GROUP + t + ahead);
             }
         }
 
@@ -983,10 +965,10 @@ pub(crate) mod imp {
         s: usize,
     ) {
         let ahead = (s + SUPER_AHEAD) * bytes;
-        prefetch_lines_into::<L2>(simd, data.as_ptr().cast::<u8>().wrapping_add(ahead), bytes);
+        prefetch_lines(simd, data.as_ptr().cast::<u8>().wrapping_add(ahead), bytes);
         let side = (s + SUPER_AHEAD) * PANEL;
-        prefetch_lines_into::<L2>(simd, scales.as_ptr().wrapping_add(side).cast(), 1);
-        prefetch_lines_into::<L2>(simd, steps.as_ptr().wrapping_add(side).cast(), 1);
+        prefetch_lines(simd, scales.as_ptr().wrapping_add(side).cast(), 1);
+        prefetch_lines(simd, steps.as_ptr().wrapping_add(side).cast(), 1);
     }
 
     impl GroupRow for Q4KRow<'_> {
@@ -1061,7 +1043,7 @@ pub(crate) mod imp {
         fn prefetch(self, simd: V3, s: usize) {
             prefetch_superblock(simd, self.lows, 4 * PANEL * 32, self.scales, self.steps, s);
             let ahead = (s + SUPER_AHEAD) * 2 * PANEL;
-            prefetch_lines_into::<L2>(
+            prefetch_lines(
                 simd,
                 self.highs.as_ptr().wrapping_add(ahead).cast(),
                 2 * PANEL * 32,
