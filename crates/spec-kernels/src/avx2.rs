@@ -72,8 +72,9 @@ pub(crate) mod imp {
     /// The `_mm_prefetch` hint for weights: non-temporal. A decode step reads each weight once,
     /// and weights hinted into L1 or L2 (`T0`, `T1`) were written back into L2 and AMD's victim
     /// L3 on eviction, pushing out what the next product and the next step read again (the KV
-    /// cache, the rows of `x`, the outputs). On AMD a non-temporal prefetch that misses L2 fills
-    /// L1 alone and is dropped on eviction. Against `T0` / `T1` on the Zen 5 (`spec
+    /// cache, the rows of `x`, the outputs). AMD describes a non-temporal prefetch that misses
+    /// L2 as filling L1 alone, dropped on eviction (its K8 guide; later cores keep the hint's
+    /// purpose, less precisely documented). Against `T0` / `T1` on the Zen 5 (`spec
     /// bench-forward`, alternated builds, docs/benchmarks.md, forty-eighth session): SmolLM2 in
     /// `q8_0-a8` one row 3.69 → 3.48 ms, the 0.5B one row 12.5 → 11.7 ms; the 1.5B in f32 (hints
     /// from 3 rows on) level.
