@@ -45,7 +45,7 @@ pub(crate) mod imp {
     trait Row: Copy {
         /// Weights `32 b + 8 j .. 32 b + 8 j + 8` widened to f32, `j < 4`.
         fn part(self, simd: V3, b: usize, j: usize) -> f32x8;
-        /// Asks for block `b` of this row's panel (every row of it) ([`WEIGHTS_HINT`]).
+        /// Asks for block `b` of this row's panel (every row of it) ([`weights_hint_non_temporal`]).
         fn prefetch(self, simd: V3, b: usize);
         /// Bytes of one block of a whole panel (what [`Row::prefetch`] asks for).
         const PANEL_BLOCK_BYTES: usize;
@@ -66,27 +66,53 @@ pub(crate) mod imp {
     /// of each panel. Chosen when these hints went into L2 only (`T1`): against 4 KB into L1,
     /// on a 1.5B-sized product streamed from memory by both cores, 1536 × 8960 at 4 rows 66 →
     /// 101 G multiply-adds a second, 8960 × 1536 105 → 122, one row 29 → 37 and 33 → 38
-    /// (docs/benchmarks.md, twenty-first session); now non-temporal ([`WEIGHTS_HINT`]).
+    /// (docs/benchmarks.md, twenty-first session); now by the CPU's vendor ([`weights_hint_non_temporal`]).
     const GROUPED_PREFETCH_AHEAD_BYTES: usize = 8192;
 
-    /// The `_mm_prefetch` hint for weights: non-temporal. A decode step reads each weight once,
-    /// and weights hinted into L1 or L2 (`T0`, `T1`) were written back into L2 and AMD's victim
-    /// L3 on eviction, pushing out what the next product and the next step read again (the KV
-    /// cache, the rows of `x`, the outputs). AMD describes a non-temporal prefetch that misses
-    /// L2 as filling L1 alone, dropped on eviction (its K8 guide; later cores keep the hint's
-    /// purpose, less precisely documented). Against `T0` / `T1` on the Zen 5 (`spec
-    /// bench-forward`, alternated builds, docs/benchmarks.md, forty-eighth session): SmolLM2 in
-    /// `q8_0-a8` one row 3.69 → 3.48 ms, the 0.5B one row 12.5 → 11.7 ms; the 1.5B in f32 (hints
-    /// from 3 rows on) level.
-    const WEIGHTS_HINT: i32 = core::arch::x86_64::_MM_HINT_NTA;
+    /// How tiles hint their weights, chosen once a process by the CPU's vendor
+    /// ([`weights_hint_non_temporal`]).
+    ///
+    /// On AMD, non-temporal (`prefetchnta`). A decode step reads each weight once, and weights
+    /// hinted into L1 or L2 (`T0`, `T1`) were written back into L2 and AMD's victim L3 on
+    /// eviction, pushing out what the next product and the next step read again (the KV
+    /// cache, the rows of `x`, the outputs); AMD describes a non-temporal prefetch that misses
+    /// L2 as filling L1 alone, dropped on eviction (its K8 guide). Against `T0` / `T1` on the
+    /// Zen 5 (`spec bench-forward`, alternated builds, docs/benchmarks.md, forty-eighth
+    /// session): SmolLM2 in `q8_0-a8` one row 3.69 → 3.48 ms, the 0.5B one row 12.5 → 11.7 ms;
+    /// the 1.5B in f32 (hints from 3 rows on) level.
+    ///
+    /// Elsewhere into L1 (`prefetcht0`): on an Intel Xeon (family 6, model 207) non-temporal
+    /// hints took the 0.5B's one-row pass in `q8_0-a8` from 31-34 ms to 50-62 ms and the 1.5B's
+    /// 9-row pass in f32 from 1.05-1.10 of a one-row pass to 2.46 (docs/benchmarks.md,
+    /// forty-ninth session): Intel's non-temporal prefetch fills L1 without the L2 streamer's
+    /// help, and a core's few L1 fill buffers then bound the bytes in flight.
+    fn weights_hint_non_temporal() -> bool {
+        static NON_TEMPORAL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *NON_TEMPORAL.get_or_init(|| {
+            let vendor = core::arch::x86_64::__cpuid(0);
+            // "AuthenticAMD" in EBX, EDX, ECX.
+            let bytes: Vec<u8> = [vendor.ebx, vendor.edx, vendor.ecx]
+                .iter()
+                .flat_map(|word| word.to_le_bytes())
+                .collect();
+            bytes == b"AuthenticAMD"
+        })
+    }
 
-    /// Hints the cache lines of the `bytes` bytes from `start` ([`WEIGHTS_HINT`]). Only an
-    /// address: nothing is read, so a hint past the end of the weights is harmless.
+    /// Hints the cache lines of the `bytes` bytes from `start`, non-temporal or into L1
+    /// ([`weights_hint_non_temporal`]). Only an address: nothing is read, so a hint past the
+    /// end of the weights is harmless.
     #[inline(always)]
     fn prefetch_lines(simd: V3, start: *const u8, bytes: usize) {
+        use core::arch::x86_64::{_MM_HINT_NTA, _MM_HINT_T0};
+        let non_temporal = weights_hint_non_temporal();
         for line in (0..bytes).step_by(64) {
-            simd.sse
-                ._mm_prefetch::<WEIGHTS_HINT>(start.wrapping_add(line).cast());
+            let address = start.wrapping_add(line).cast();
+            if non_temporal {
+                simd.sse._mm_prefetch::<_MM_HINT_NTA>(address);
+            } else {
+                simd.sse._mm_prefetch::<_MM_HINT_T0>(address);
+            }
         }
     }
 

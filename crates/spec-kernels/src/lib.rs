@@ -40,9 +40,10 @@
 //!   `tiles`);
 //! - tiles ask for their weights 4 KB of a panel ahead (for f32 only from three rows of `x`
 //!   on), which measured faster for Q8_0 and bf16 at every row count, the grouped tiles 8 KB
-//!   ahead; the hints are non-temporal (`prefetchnta`, which AMD describes as filling L1
-//!   alone), so that weights read once a step do not push the KV cache and the rows of `x`
-//!   out of L2 and L3;
+//!   ahead; on AMD the hints are non-temporal (`prefetchnta`, which AMD describes as filling
+//!   L1 alone), so that weights read once a step do not push the KV cache and the rows of `x`
+//!   out of L2 and L3; elsewhere they go into L1 (`prefetcht0`): on an Intel Xeon
+//!   non-temporal hints made the passes of 2 to 9 rows 1.2-2.5 times as long;
 //! - the output rows are split into blocks run by the calling thread and helper threads that spin
 //!   between jobs (`team`; as many threads as rayon's global pool), since a decode step is
 //!   hundreds of products of tens of microseconds each and waking a sleeping worker costs about
