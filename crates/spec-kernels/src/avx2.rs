@@ -45,7 +45,8 @@ pub(crate) mod imp {
     trait Row: Copy {
         /// Weights `32 b + 8 j .. 32 b + 8 j + 8` widened to f32, `j < 4`.
         fn part(self, simd: V3, b: usize, j: usize) -> f32x8;
-        /// Asks for block `b` of this row's panel (every row of it) ([`weights_hint_non_temporal`]).
+        /// Asks for block `b` of this row's panel (every row of it)
+        /// ([`weights_hint_non_temporal`]).
         fn prefetch(self, simd: V3, b: usize);
         /// Bytes of one block of a whole panel (what [`Row::prefetch`] asks for).
         const PANEL_BLOCK_BYTES: usize;
@@ -66,7 +67,8 @@ pub(crate) mod imp {
     /// of each panel. Chosen when these hints went into L2 only (`T1`): against 4 KB into L1,
     /// on a 1.5B-sized product streamed from memory by both cores, 1536 × 8960 at 4 rows 66 →
     /// 101 G multiply-adds a second, 8960 × 1536 105 → 122, one row 29 → 37 and 33 → 38
-    /// (docs/benchmarks.md, twenty-first session); now by the CPU's vendor ([`weights_hint_non_temporal`]).
+    /// (docs/benchmarks.md, twenty-first session); the hint is now the CPU vendor's
+    /// ([`weights_hint_non_temporal`]).
     const GROUPED_PREFETCH_AHEAD_BYTES: usize = 8192;
 
     /// How tiles hint their weights, chosen once a process by the CPU's vendor
@@ -89,13 +91,10 @@ pub(crate) mod imp {
     fn weights_hint_non_temporal() -> bool {
         static NON_TEMPORAL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         *NON_TEMPORAL.get_or_init(|| {
+            // The vendor's name, "AuthenticAMD", in EBX, EDX, ECX.
             let vendor = core::arch::x86_64::__cpuid(0);
-            // "AuthenticAMD" in EBX, EDX, ECX.
-            let bytes: Vec<u8> = [vendor.ebx, vendor.edx, vendor.ecx]
-                .iter()
-                .flat_map(|word| word.to_le_bytes())
-                .collect();
-            bytes == b"AuthenticAMD"
+            let word = |name: &[u8; 4]| u32::from_le_bytes(*name);
+            (vendor.ebx, vendor.edx, vendor.ecx) == (word(b"Auth"), word(b"enti"), word(b"cAMD"))
         })
     }
 
