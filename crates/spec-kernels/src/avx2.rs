@@ -50,8 +50,10 @@ pub(crate) mod imp {
         fn prefetch(self, simd: V3, b: usize);
         /// Bytes of one block of a whole panel (what [`Row::prefetch`] asks for).
         const PANEL_BLOCK_BYTES: usize;
-        /// The fewest rows of `x` for which a tile hints its weights ahead ([`Row::prefetch`]).
-        const PREFETCH_FROM_ROWS: usize;
+        /// The fewest rows of `x` for which a tile hints its weights ahead ([`Row::prefetch`])
+        /// where the hints are non-temporal; hinted into L1, every tile hints
+        /// ([`hints_weights`]).
+        const NON_TEMPORAL_FROM_ROWS: usize;
         /// Registers [`Row::part`] needs besides the widened vector (a mask, a scale).
         const TEMPORARIES: usize = 1;
     }
@@ -98,6 +100,16 @@ pub(crate) mod imp {
         })
     }
 
+    /// Whether a tile of `rows` rows of `x` over weight rows `W` hints its weights ahead.
+    /// Non-temporal hints (AMD) pay only from [`Row::NON_TEMPORAL_FROM_ROWS`]; hints into L1
+    /// pay from one row: on the Intel Xeon (family 6, model 207) f32 passes of one row took
+    /// 312-319 ms against 334-377 ms unhinted for the 1.5B, 22-28 ms against 27-33 ms for
+    /// SmolLM2 (`spec bench-forward`, alternated, docs/benchmarks.md, fiftieth session).
+    #[inline(always)]
+    fn hints_weights<W: Row>(rows: usize) -> bool {
+        !weights_hint_non_temporal() || rows >= W::NON_TEMPORAL_FROM_ROWS
+    }
+
     /// Hints the cache lines of the `bytes` bytes from `start`, non-temporal or into L1
     /// ([`weights_hint_non_temporal`]). Only an address: nothing is read, so a hint past the
     /// end of the weights is harmless.
@@ -137,11 +149,11 @@ pub(crate) mod imp {
 
     impl Row for F32Row<'_> {
         const PANEL_BLOCK_BYTES: usize = PANEL * 128;
-        // f32's tiles of one and two rows stream fast enough for the hardware prefetcher
-        // alone: hints measured 0-7% slower at one row (Zen 4), and at two the 1.5B's products
-        // took 1.24-1.27 of one row's time with them against 1.15 without (Zen 3,
-        // docs/benchmarks.md, twenty-fourth session). From three rows on they pay.
-        const PREFETCH_FROM_ROWS: usize = 3;
+        // On AMD f32's tiles of one and two rows stream fast enough for the hardware
+        // prefetcher alone: hints measured 0-7% slower at one row (Zen 4), and at two the
+        // 1.5B's products took 1.24-1.27 of one row's time with them against 1.15 without
+        // (Zen 3, docs/benchmarks.md, twenty-fourth session). From three rows on they pay.
+        const NON_TEMPORAL_FROM_ROWS: usize = 3;
         const TEMPORARIES: usize = 0;
 
         #[inline(always)]
@@ -165,10 +177,10 @@ pub(crate) mod imp {
 
     impl Row for SpanRow<'_> {
         const PANEL_BLOCK_BYTES: usize = F32Row::PANEL_BLOCK_BYTES;
-        // In spans, two rows of `x` took 0.88-1.01 of one row's time with hints against
-        // 1.05-1.12 without (the 1.5B's products, Zen 3, docs/benchmarks.md, twenty-fifth
-        // session); whole rows keep them from three rows (see `F32Row`).
-        const PREFETCH_FROM_ROWS: usize = 2;
+        // On AMD in spans, two rows of `x` took 0.88-1.01 of one row's time with hints
+        // against 1.05-1.12 without (the 1.5B's products, Zen 3, docs/benchmarks.md,
+        // twenty-fifth session); whole rows keep them from three rows (see `F32Row`).
+        const NON_TEMPORAL_FROM_ROWS: usize = 2;
         const TEMPORARIES: usize = 0;
 
         #[inline(always)]
@@ -187,7 +199,7 @@ pub(crate) mod imp {
 
     impl Row for Bf16Row<'_> {
         const PANEL_BLOCK_BYTES: usize = PANEL * 64;
-        const PREFETCH_FROM_ROWS: usize = 1;
+        const NON_TEMPORAL_FROM_ROWS: usize = 1;
 
         #[inline(always)]
         fn part(self, simd: V3, b: usize, j: usize) -> f32x8 {
@@ -220,7 +232,7 @@ pub(crate) mod imp {
 
     impl Row for Q8Row<'_> {
         const PANEL_BLOCK_BYTES: usize = PANEL * 32;
-        const PREFETCH_FROM_ROWS: usize = 1;
+        const NON_TEMPORAL_FROM_ROWS: usize = 1;
 
         #[inline(always)]
         fn part(self, simd: V3, b: usize, j: usize) -> f32x8 {
@@ -293,7 +305,7 @@ pub(crate) mod imp {
 
     impl<S: Q4Side> Row for Q4Row<'_, S> {
         const PANEL_BLOCK_BYTES: usize = PANEL * 16;
-        const PREFETCH_FROM_ROWS: usize = 1;
+        const NON_TEMPORAL_FROM_ROWS: usize = 1;
         // Scale, minimum and the nibble mask.
         const TEMPORARIES: usize = 3;
 
@@ -400,8 +412,9 @@ pub(crate) mod imp {
         let hold_x = RR * M + M + 1 + W::TEMPORARIES <= 16;
         let zero = simd.splat_f32x8(0.0);
         let mut acc = *sums;
+        let hint = hints_weights::<W>(M);
         for b in 0..blocks {
-            if M >= W::PREFETCH_FROM_ROWS {
+            if hint {
                 let ahead = PREFETCH_AHEAD_BYTES / W::PANEL_BLOCK_BYTES;
                 // One hint per panel of the tile (rows r and r + 1 share a panel).
                 for r in (0..RR).step_by(PANEL) {
