@@ -38,8 +38,8 @@
 //!   with one stream of hints or a stream a panel) is picked by timing the candidates on its
 //!   shape, since which is fastest changed with the state of the machine's memory (module
 //!   `tiles`);
-//! - tiles ask for their weights 4 KB of a panel ahead (for f32 only from three rows of `x`
-//!   on), which measured faster for Q8_0 and bf16 at every row count, the grouped tiles 8 KB
+//! - tiles ask for their weights 4 KB of a panel ahead (for f32 on AMD only from three rows
+//!   of `x` on), which measured faster for Q8_0 and bf16 at every row count, the grouped tiles 8 KB
 //!   ahead; on AMD the hints are non-temporal (`prefetchnta`, which AMD describes as filling
 //!   L1 alone), so that weights read once a step do not push the KV cache and the rows of `x`
 //!   out of L2 and L3; elsewhere they go into L1 (`prefetcht0`): on an Intel Xeon
