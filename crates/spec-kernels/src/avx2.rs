@@ -45,9 +45,8 @@ pub(crate) mod imp {
     trait Row: Copy {
         /// Weights `32 b + 8 j .. 32 b + 8 j + 8` widened to f32, `j < 4`.
         fn part(self, simd: V3, b: usize, j: usize) -> f32x8;
-        /// Asks for block `b` of this row's panel (every row of it)
-        /// ([`weights_hint_non_temporal`]).
-        fn prefetch(self, simd: V3, b: usize);
+        /// Asks for block `b` of this row's panel (every row of it) with `hint`'s instruction.
+        fn prefetch(self, simd: V3, hint: Hint, b: usize);
         /// Bytes of one block of a whole panel (what [`Row::prefetch`] asks for).
         const PANEL_BLOCK_BYTES: usize;
         /// The fewest rows of `x` for which a tile hints its weights ahead ([`Row::prefetch`])
@@ -106,24 +105,44 @@ pub(crate) mod imp {
     /// 312-319 ms against 334-377 ms unhinted for the 1.5B, 22-28 ms against 27-33 ms for
     /// SmolLM2 (`spec bench-forward`, alternated, docs/benchmarks.md, fiftieth session).
     #[inline(always)]
-    fn hints_weights<W: Row>(rows: usize) -> bool {
-        !weights_hint_non_temporal() || rows >= W::NON_TEMPORAL_FROM_ROWS
+    fn hints_weights<W: Row>(hint: Hint, rows: usize) -> bool {
+        matches!(hint, Hint::IntoL1) || rows >= W::NON_TEMPORAL_FROM_ROWS
     }
 
-    /// Hints the cache lines of the `bytes` bytes from `start`, non-temporal or into L1
-    /// ([`weights_hint_non_temporal`]). Only an address: nothing is read, so a hint past the
-    /// end of the weights is harmless.
-    #[inline(always)]
-    fn prefetch_lines(simd: V3, start: *const u8, bytes: usize) {
-        use core::arch::x86_64::{_MM_HINT_NTA, _MM_HINT_T0};
-        let non_temporal = weights_hint_non_temporal();
-        for line in (0..bytes).step_by(64) {
-            let address = start.wrapping_add(line).cast();
-            if non_temporal {
-                simd.sse._mm_prefetch::<_MM_HINT_NTA>(address);
+    /// The instruction a tile hints its weights with ([`weights_hint_non_temporal`]), looked
+    /// up once a tile, outside its loops: looked up at each hint, the lookup's first-use path
+    /// (a call) stayed in the loops, which then kept their sums on the stack across it, and
+    /// its loads and branches took a third of a `q8_0-a8` group's instructions.
+    #[derive(Clone, Copy)]
+    enum Hint {
+        /// `prefetchnta` (AMD).
+        NonTemporal,
+        /// `prefetcht0` (elsewhere).
+        IntoL1,
+    }
+
+    impl Hint {
+        #[inline(always)]
+        fn of_cpu() -> Hint {
+            if weights_hint_non_temporal() {
+                Hint::NonTemporal
             } else {
-                simd.sse._mm_prefetch::<_MM_HINT_T0>(address);
+                Hint::IntoL1
             }
+        }
+    }
+
+    /// Hints the cache lines of the `bytes` bytes from `start` with `hint`'s instruction. Only
+    /// an address: nothing is read, so a hint past the end of the weights is harmless.
+    #[inline(always)]
+    fn prefetch_lines(simd: V3, hint: Hint, start: *const u8, bytes: usize) {
+        use core::arch::x86_64::{_MM_HINT_NTA, _MM_HINT_T0};
+        let lines = (0..bytes)
+            .step_by(64)
+            .map(|line| start.wrapping_add(line).cast());
+        match hint {
+            Hint::NonTemporal => lines.for_each(|a| simd.sse._mm_prefetch::<_MM_HINT_NTA>(a)),
+            Hint::IntoL1 => lines.for_each(|a| simd.sse._mm_prefetch::<_MM_HINT_T0>(a)),
         }
     }
 
@@ -131,15 +150,16 @@ pub(crate) mod imp {
     /// once a cache line, its per-block scales (`PANEL` units of `S` a block; Q8_0's 8 bytes a
     /// block fill a line every 8 blocks, Q4's 16 bytes every 4).
     #[inline(always)]
-    fn prefetch_quantized<Q, S>(simd: V3, quants: &[Q], side: &[S], b: usize) {
+    fn prefetch_quantized<Q, S>(simd: V3, hint: Hint, quants: &[Q], side: &[S], b: usize) {
         prefetch_lines(
             simd,
+            hint,
             quants.as_ptr().wrapping_add(b * PANEL).cast(),
             PANEL * size_of::<Q>(),
         );
         let blocks_a_line = (64 / (PANEL * size_of::<S>())).max(1);
         if b.is_multiple_of(blocks_a_line) {
-            prefetch_lines(simd, side.as_ptr().wrapping_add(b * PANEL).cast(), 64);
+            prefetch_lines(simd, hint, side.as_ptr().wrapping_add(b * PANEL).cast(), 64);
         }
     }
 
@@ -162,9 +182,10 @@ pub(crate) mod imp {
         }
 
         #[inline(always)]
-        fn prefetch(self, simd: V3, b: usize) {
+        fn prefetch(self, simd: V3, hint: Hint, b: usize) {
             prefetch_lines(
                 simd,
+                hint,
                 self.0.as_ptr().wrapping_add(b * PANEL).cast(),
                 Self::PANEL_BLOCK_BYTES,
             );
@@ -189,8 +210,8 @@ pub(crate) mod imp {
         }
 
         #[inline(always)]
-        fn prefetch(self, simd: V3, b: usize) {
-            self.0.prefetch(simd, b);
+        fn prefetch(self, simd: V3, hint: Hint, b: usize) {
+            self.0.prefetch(simd, hint, b);
         }
     }
 
@@ -213,9 +234,10 @@ pub(crate) mod imp {
         }
 
         #[inline(always)]
-        fn prefetch(self, simd: V3, b: usize) {
+        fn prefetch(self, simd: V3, hint: Hint, b: usize) {
             prefetch_lines(
                 simd,
+                hint,
                 self.0.as_ptr().wrapping_add(b * PANEL).cast(),
                 Self::PANEL_BLOCK_BYTES,
             );
@@ -245,8 +267,8 @@ pub(crate) mod imp {
         }
 
         #[inline(always)]
-        fn prefetch(self, simd: V3, b: usize) {
-            prefetch_quantized(simd, self.quants, self.scales, b);
+        fn prefetch(self, simd: V3, hint: Hint, b: usize) {
+            prefetch_quantized(simd, hint, self.quants, self.scales, b);
         }
     }
 
@@ -255,7 +277,7 @@ pub(crate) mod imp {
     trait Q4Side: Copy {
         /// Block `at` of the panel (block `b` of the row): its scale and minimum.
         fn scale_min(self, at: usize, b: usize) -> (f32, f32);
-        fn prefetch(self, simd: V3, quants: &[[u64; 2]], b: usize);
+        fn prefetch(self, simd: V3, hint: Hint, quants: &[[u64; 2]], b: usize);
     }
 
     /// `[scale, min]` a block in the panels (`q4`, which widens the weights).
@@ -270,8 +292,8 @@ pub(crate) mod imp {
         }
 
         #[inline(always)]
-        fn prefetch(self, simd: V3, quants: &[[u64; 2]], b: usize) {
-            prefetch_quantized(simd, quants, self.0, b);
+        fn prefetch(self, simd: V3, hint: Hint, quants: &[[u64; 2]], b: usize) {
+            prefetch_quantized(simd, hint, quants, self.0, b);
         }
     }
 
@@ -290,8 +312,8 @@ pub(crate) mod imp {
         }
 
         #[inline(always)]
-        fn prefetch(self, simd: V3, quants: &[[u64; 2]], b: usize) {
-            prefetch_quantized(simd, quants, self.scales, b);
+        fn prefetch(self, simd: V3, hint: Hint, quants: &[[u64; 2]], b: usize) {
+            prefetch_quantized(simd, hint, quants, self.scales, b);
         }
     }
 
@@ -329,8 +351,8 @@ pub(crate) mod imp {
         }
 
         #[inline(always)]
-        fn prefetch(self, simd: V3, b: usize) {
-            self.side.prefetch(simd, self.quants, b);
+        fn prefetch(self, simd: V3, hint: Hint, b: usize) {
+            self.side.prefetch(simd, hint, self.quants, b);
         }
     }
 
@@ -412,13 +434,14 @@ pub(crate) mod imp {
         let hold_x = RR * M + M + 1 + W::TEMPORARIES <= 16;
         let zero = simd.splat_f32x8(0.0);
         let mut acc = *sums;
-        let hint = hints_weights::<W>(M);
+        let hint = Hint::of_cpu();
+        let hinted = hints_weights::<W>(hint, M);
         for b in 0..blocks {
-            if hint {
+            if hinted {
                 let ahead = PREFETCH_AHEAD_BYTES / W::PANEL_BLOCK_BYTES;
                 // One hint per panel of the tile (rows r and r + 1 share a panel).
                 for r in (0..RR).step_by(PANEL) {
-                    rows[r].prefetch(simd, b + ahead);
+                    rows[r].prefetch(simd, hint, b + ahead);
                 }
             }
             for j in 0..4 {
@@ -702,10 +725,11 @@ pub(crate) mod imp {
         let zero = simd.splat_f32x8(0.0);
         let ones = simd.avx._mm256_set1_epi16(1);
         let mut acc = [[zero; M]; RR];
+        let hint = Hint::of_cpu();
         for b in 0..blocks {
             let ahead = PREFETCH_AHEAD_BYTES / W::PANEL_BLOCK_BYTES;
             for r in (0..RR).step_by(PANEL) {
-                rows[r].prefetch(simd, b + ahead);
+                rows[r].prefetch(simd, hint, b + ahead);
             }
             for r in 0..RR {
                 let (quants, scale) = rows[r].block(simd, b);
@@ -901,8 +925,9 @@ pub(crate) mod imp {
         /// Runs of a group's units with scales of their own: 1, or 2 for Q6_K (a block's
         /// halves, units 0..4 and 4..8).
         const SEGMENTS: usize;
-        /// Asks for the weights a few KB ahead of group `g` of the row's panel (every row of it).
-        fn prefetch(self, simd: V3, g: usize);
+        /// Asks for the weights a few KB ahead of group `g` of the row's panel (every row of it)
+        /// with `hint`'s instruction.
+        fn prefetch(self, simd: V3, hint: Hint, g: usize);
         /// Units `4 q .. 4 q + 4` of group `g`, as bytes.
         fn quad(self, simd: V3, g: usize, q: usize) -> [__m256i; 4];
         /// The f32 factor of each block's integer sum in segment `seg` of group `g`.
@@ -926,10 +951,10 @@ pub(crate) mod imp {
         const SEGMENTS: usize = 1;
 
         #[inline(always)]
-        fn prefetch(self, simd: V3, g: usize) {
+        fn prefetch(self, simd: V3, hint: Hint, g: usize) {
             let ahead = GROUPED_PREFETCH_AHEAD_BYTES / <Self as Row>::PANEL_BLOCK_BYTES;
             for t in 0..GROUP {
-                prefetch_quantized(simd, self.quants, self.scales, g * GROUP + t + ahead);
+                prefetch_quantized(simd, hint, self.quants, self.scales, g * GROUP + t + ahead);
             }
         }
 
@@ -997,6 +1022,7 @@ pub(crate) mod imp {
     #[inline(always)]
     fn prefetch_superblock<T, S, U>(
         simd: V3,
+        hint: Hint,
         data: &[T],
         bytes: usize,
         scales: &[S],
@@ -1004,10 +1030,15 @@ pub(crate) mod imp {
         s: usize,
     ) {
         let ahead = (s + SUPER_AHEAD) * bytes;
-        prefetch_lines(simd, data.as_ptr().cast::<u8>().wrapping_add(ahead), bytes);
+        prefetch_lines(
+            simd,
+            hint,
+            data.as_ptr().cast::<u8>().wrapping_add(ahead),
+            bytes,
+        );
         let side = (s + SUPER_AHEAD) * PANEL;
-        prefetch_lines(simd, scales.as_ptr().wrapping_add(side).cast(), 1);
-        prefetch_lines(simd, steps.as_ptr().wrapping_add(side).cast(), 1);
+        prefetch_lines(simd, hint, scales.as_ptr().wrapping_add(side).cast(), 1);
+        prefetch_lines(simd, hint, steps.as_ptr().wrapping_add(side).cast(), 1);
     }
 
     impl GroupRow for Q4KRow<'_> {
@@ -1015,9 +1046,9 @@ pub(crate) mod imp {
         const SEGMENTS: usize = 1;
 
         #[inline(always)]
-        fn prefetch(self, simd: V3, s: usize) {
+        fn prefetch(self, simd: V3, hint: Hint, s: usize) {
             let bytes = 4 * PANEL * 32;
-            prefetch_superblock(simd, self.quants, bytes, self.scales, self.steps, s);
+            prefetch_superblock(simd, hint, self.quants, bytes, self.scales, self.steps, s);
         }
 
         #[inline(always)]
@@ -1079,11 +1110,13 @@ pub(crate) mod imp {
         const SEGMENTS: usize = 2;
 
         #[inline(always)]
-        fn prefetch(self, simd: V3, s: usize) {
-            prefetch_superblock(simd, self.lows, 4 * PANEL * 32, self.scales, self.steps, s);
+        fn prefetch(self, simd: V3, hint: Hint, s: usize) {
+            let (lows, steps) = (self.lows, self.steps);
+            prefetch_superblock(simd, hint, lows, 4 * PANEL * 32, self.scales, steps, s);
             let ahead = (s + SUPER_AHEAD) * 2 * PANEL;
             prefetch_lines(
                 simd,
+                hint,
                 self.highs.as_ptr().wrapping_add(ahead).cast(),
                 2 * PANEL * 32,
             );
@@ -1183,14 +1216,15 @@ pub(crate) mod imp {
         xs: &[Int8Row<'_>; M],
         blocks: usize,
     ) -> [[f32; M]; RR] {
+        let hint = Hint::of_cpu();
         if RR == PANEL
             && rows[0].lane() == 0
             && let Some(vnni) = dot.paired()
         {
-            let acc = paired_grouped_tile(simd, vnni, &[rows[0], rows[1]], xs, blocks);
+            let acc = paired_grouped_tile(simd, vnni, hint, &[rows[0], rows[1]], xs, blocks);
             let mut all = [[simd.splat_f32x8(0.0); M]; RR];
             all[..PANEL].copy_from_slice(&acc);
-            return finish_grouped(simd, dot, rows, xs, blocks, all);
+            return finish_grouped(simd, dot, hint, rows, xs, blocks, all);
         }
         let zero = simd.splat_f32x8(0.0);
         let zero_i = simd.avx._mm256_setzero_si256();
@@ -1199,7 +1233,7 @@ pub(crate) mod imp {
         let quads = 2 / W::SEGMENTS;
         for g in 0..groups {
             for r in (0..RR).step_by(PANEL) {
-                rows[r].prefetch(simd, g);
+                rows[r].prefetch(simd, hint, g);
             }
             let mut x_units = [&[[0i8; BLOCK]; GROUP]; M];
             for i in 0..M {
@@ -1249,7 +1283,7 @@ pub(crate) mod imp {
                 }
             }
         }
-        finish_grouped(simd, dot, rows, xs, blocks, acc)
+        finish_grouped(simd, dot, hint, rows, xs, blocks, acc)
     }
 
     /// [`tile_grouped`]'s end: the blocks after the last whole group (Q8_0's, one at a time)
@@ -1259,6 +1293,7 @@ pub(crate) mod imp {
     fn finish_grouped<W: GroupRow, D: IntDot, const RR: usize, const M: usize>(
         simd: V3,
         dot: D,
+        hint: Hint,
         rows: &[W; RR],
         xs: &[Int8Row<'_>; M],
         blocks: usize,
@@ -1268,7 +1303,7 @@ pub(crate) mod imp {
         let groups = blocks / GROUP;
         if groups * GROUP < blocks {
             for r in (0..RR).step_by(PANEL) {
-                rows[r].prefetch(simd, groups);
+                rows[r].prefetch(simd, hint, groups);
             }
         }
         for b in groups * GROUP..blocks {
@@ -1310,6 +1345,7 @@ pub(crate) mod imp {
     fn paired_grouped_tile<W: GroupRow, const M: usize>(
         simd: V3,
         vnni: Vnni,
+        hint: Hint,
         rows: &[W; PANEL],
         xs: &[Int8Row<'_>; M],
         blocks: usize,
@@ -1320,7 +1356,7 @@ pub(crate) mod imp {
         let groups = blocks / GROUP;
         let quads = 2 / W::SEGMENTS;
         for g in 0..groups {
-            rows[0].prefetch(simd, g);
+            rows[0].prefetch(simd, hint, g);
             let mut x_units = [&[[0i8; BLOCK]; GROUP]; M];
             for i in 0..M {
                 x_units[i] = &xs[i].quants.as_chunks::<GROUP>().0[g];
@@ -2138,17 +2174,18 @@ pub(crate) mod imp {
         let mut acc_a: [__m512; M] = std::array::from_fn(|u| pair(sums[u], sums[m + u]));
         let mut acc_b: [__m512; M] =
             std::array::from_fn(|u| pair(sums[2 * m + u], sums[3 * m + u]));
+        let hint = Hint::of_cpu();
         for b in 0..span {
             if STREAMS {
                 // Each panel's own stream of hints, a block a block, two pieces (8 KB at the
                 // 1.5B's spans) ahead: block `b` of the next tile's two pieces.
                 for piece in [a, b_piece] {
-                    SpanRow(F32Row(piece, 0)).prefetch(*v4, 2 * span + b);
+                    SpanRow(F32Row(piece, 0)).prefetch(*v4, hint, 2 * span + b);
                 }
             } else {
                 // The next two pieces in address order, a block of each a block: one stream.
                 let next = a.as_ptr().wrapping_add(2 * PANEL * (span + b));
-                prefetch_lines(*v4, next.cast(), 2 * SpanRow::PANEL_BLOCK_BYTES);
+                prefetch_lines(*v4, hint, next.cast(), 2 * SpanRow::PANEL_BLOCK_BYTES);
             }
             for j in 0..4 {
                 let wa = pair(a[b * PANEL][j], a[b * PANEL + 1][j]);
@@ -2208,8 +2245,9 @@ pub(crate) mod imp {
         let mut acc: [__m512; M] = std::array::from_fn(|u| pair(sums[u], sums[m + u]));
         let row = SpanRow(F32Row(piece, 0));
         let ahead = PREFETCH_AHEAD_BYTES / SpanRow::PANEL_BLOCK_BYTES;
+        let hint = Hint::of_cpu();
         for b in 0..span {
-            row.prefetch(*v4, b + ahead);
+            row.prefetch(*v4, hint, b + ahead);
             for j in 0..4 {
                 let w = pair(piece[b * PANEL][j], piece[b * PANEL + 1][j]);
                 for u in 0..M {
