@@ -45,12 +45,14 @@ fn ops(c: &mut Criterion) {
     for model in MODELS {
         let m = reference(model);
         let (heads, kv_heads, d) = (m.heads, m.kv_heads, m.head_dim);
-        // A decode step and a K = 4 verification after 128 cached tokens; one row after 512;
-        // one, two and five after 1024 (a long prompt: a kv head's keys and values together
-        // outgrow L2).
+        // A decode step and a K = 4 verification after 128 cached tokens; a decode step and a
+        // K = 1 verification (a self-draft's pass) after 250; one row after 512; one, two and
+        // five after 1024 (a long prompt: a kv head's keys and values together outgrow L2).
         for (rows, cached) in [
             (1, 128),
             (5, 128),
+            (1, 250),
+            (2, 250),
             (1, 512),
             (1, 1024),
             (2, 1024),

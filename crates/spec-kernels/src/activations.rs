@@ -73,6 +73,7 @@ impl QuantizedRows {
         let mut sums = Vec::with_capacity(n.div_ceil(blocks) * sum_stride);
         let superblocks = group == 8;
         let mut half_sums = Vec::with_capacity(if superblocks { n / 8 } else { 0 });
+        let mut totals = Vec::with_capacity(n);
         for run in x.chunks(BLOCK * group) {
             let mut halves = [0i16; 16];
             let (amax, finite) = ops.abs_max(run);
@@ -90,13 +91,14 @@ impl QuantizedRows {
                 } else {
                     [0i8; BLOCK]
                 };
-                let total: i32 = q.iter().map(|&v| i32::from(v)).sum();
+                let [first, second] = ops.half_sums(&q);
+                let total = first + second;
                 if superblocks {
                     // 16 values of at most 127 in magnitude: within i16.
-                    let first: i32 = q[..16].iter().map(|&v| i32::from(v)).sum();
                     halves[j] = first as i16;
-                    halves[8 + j] = (total - first) as i16;
+                    halves[8 + j] = second as i16;
                 }
+                totals.push(total);
                 quants.push(q);
                 steps.push(step);
                 sums.push(step * total as f32);
@@ -113,7 +115,7 @@ impl QuantizedRows {
             Interleave::Groups | Interleave::BiasedGroups => interleaved(&quants, blocks),
         };
         let group_offsets = match interleave {
-            Interleave::BiasedGroups => offsets(&quants, blocks),
+            Interleave::BiasedGroups => offsets(&totals, blocks),
             Interleave::No | Interleave::Groups => Vec::new(),
         };
         Self {
@@ -145,6 +147,10 @@ pub(crate) trait RoundOps: Copy {
     /// A block's 32 values times `inv`, rounded half away from zero (an add of ±0.5, then
     /// truncation) to int8; `|v · inv| ≤ 127` to rounding.
     fn round_block(self, block: &[f32], inv: f32) -> [i8; BLOCK];
+    /// `Σ q` over a block's first 16 quants and over its last 16 (exact: integers).
+    fn half_sums(self, q: &[i8; BLOCK]) -> [i32; 2] {
+        Portable.half_sums(q)
+    }
 }
 
 /// [`RoundOps`] in plain Rust.
@@ -168,6 +174,12 @@ impl RoundOps for Portable {
         }
         q
     }
+
+    fn half_sums(self, q: &[i8; BLOCK]) -> [i32; 2] {
+        let (first, second) = q.split_at(BLOCK / 2);
+        let sum = |half: &[i8]| half.iter().map(|&v| i32::from(v)).sum();
+        [sum(first), sum(second)]
+    }
 }
 
 /// `quants` (rows of `blocks` blocks) in [`crate::pack::Storage::Q8_0Groups`]' order
@@ -190,14 +202,12 @@ fn interleaved(quants: &[[i8; BLOCK]], blocks: usize) -> Vec<[i8; BLOCK]> {
     out
 }
 
-/// [`QuantizedRows::group_offsets`] of `quants` (rows of `blocks` blocks).
-fn offsets(quants: &[[i8; BLOCK]], blocks: usize) -> Vec<[i32; GROUP]> {
+/// [`QuantizedRows::group_offsets`] from each block's `Σ q` (rows of `blocks` blocks).
+fn offsets(totals: &[i32], blocks: usize) -> Vec<[i32; GROUP]> {
     let mut out = Vec::new();
-    for row in quants.chunks_exact(blocks) {
+    for row in totals.chunks_exact(blocks) {
         for group in row.chunks_exact(GROUP) {
-            out.push(std::array::from_fn(|j| {
-                -128 * group[j].iter().map(|&q| i32::from(q)).sum::<i32>()
-            }));
+            out.push(std::array::from_fn(|j| -128 * group[j]));
         }
     }
     out

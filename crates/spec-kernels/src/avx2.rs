@@ -932,6 +932,20 @@ pub(crate) mod imp {
         fn prefetch(self, simd: V3, hint: Hint, g: usize);
         /// Units `4 q .. 4 q + 4` of group `g`, as bytes.
         fn quad(self, simd: V3, g: usize, q: usize) -> [__m256i; 4];
+        /// Units `4 q .. 4 q + 4` of group `g` of a panel's two rows (`rows[0]` in lane 0),
+        /// the first row's in the lower half of each vector and the second's in the upper.
+        #[inline(always)]
+        fn pair_quad(rows: [Self; PANEL], simd: V3, v4: V4, g: usize, q: usize) -> [__m512i; 4] {
+            let f = v4.avx512f;
+            let (lows, highs) = (rows[0].quad(simd, g, q), rows[1].quad(simd, g, q));
+            // No closure: it would not inherit the target features, and the intrinsic would
+            // become a call.
+            let mut pair = [f._mm512_setzero_si512(); 4];
+            for (pair, (&low, &high)) in pair.iter_mut().zip(lows.iter().zip(&highs)) {
+                *pair = f._mm512_inserti64x4::<1>(f._mm512_castsi256_si512(low), high);
+            }
+            pair
+        }
         /// The f32 factor of each block's integer sum in segment `seg` of group `g`.
         fn scales(self, simd: V3, g: usize, seg: usize) -> f32x8;
         /// Where the integer sums of segment `seg` of group `g` with `x` start: what the stored
@@ -940,6 +954,14 @@ pub(crate) mod imp {
         /// Block `b` after the last whole group: its signed quants and scale. Only
         /// `Q8_0Groups` has such blocks (a superblock is a whole group).
         fn tail(self, simd: V3, b: usize) -> (__m256i, f32);
+        /// Whether [`GroupRow::pair_tail`] gives a panel's blocks after the last whole group.
+        const PAIRED_TAIL: bool = false;
+        /// Block `b` after the last whole group of a panel's two rows (`rows[0]` in lane 0)
+        /// side by side, their stored quants (`q + 128`, the first row's in the lower half),
+        /// and their scales; where [`GroupRow::PAIRED_TAIL`].
+        fn pair_tail(_rows: [Self; PANEL], _b: usize) -> Option<(__m512i, [f32; PANEL])> {
+            None
+        }
         /// `total` plus the row's minimums times `x`'s block sums (vectors of 8).
         fn add_mins(self, _simd: V3, _sums: &[f32x8], total: f32x8) -> f32x8 {
             total
@@ -966,6 +988,18 @@ pub(crate) mod imp {
             std::array::from_fn(|u| cast(group[(4 * q + u) * PANEL + self.lane]))
         }
 
+        /// A unit of the panel's two rows is 64 bytes in a row (unit `t` of lane 0, then of
+        /// lane 1): one load a vector, where the default takes two and an insertion.
+        #[inline(always)]
+        fn pair_quad(rows: [Self; PANEL], _simd: V3, _v4: V4, g: usize, q: usize) -> [__m512i; 4] {
+            debug_assert!(rows[0].lane == 0 && rows[1].lane == 1);
+            let group = &rows[0].quants.as_chunks::<{ GROUP * PANEL }>().0[g];
+            std::array::from_fn(|u| {
+                let t = (4 * q + u) * PANEL;
+                cast([group[t], group[t + 1]])
+            })
+        }
+
         #[inline(always)]
         fn scales(self, _simd: V3, g: usize, _seg: usize) -> f32x8 {
             cast(self.scales.as_chunks::<GROUP>().0[g * PANEL + self.lane])
@@ -984,6 +1018,20 @@ pub(crate) mod imp {
         fn tail(self, simd: V3, b: usize) -> (__m256i, f32) {
             let at = b * PANEL + self.lane;
             (unbiased(simd, cast(self.quants[at])), self.scales[at])
+        }
+
+        const PAIRED_TAIL: bool = true;
+
+        /// The panel's two rows of a block are 64 bytes in a row, as a group's units are.
+        #[inline(always)]
+        fn pair_tail(rows: [Self; PANEL], b: usize) -> Option<(__m512i, [f32; PANEL])> {
+            debug_assert!(rows[0].lane == 0 && rows[1].lane == 1);
+            let at = b * PANEL;
+            let (quants, scales) = (rows[0].quants, rows[0].scales);
+            Some((
+                cast([*quants.get(at)?, *quants.get(at + 1)?]),
+                [*scales.get(at)?, *scales.get(at + 1)?],
+            ))
         }
 
         #[inline(always)]
@@ -1208,7 +1256,8 @@ pub(crate) mod imp {
     /// per-block layout takes one a block. Q8_0's blocks after the last whole group go one at
     /// a time. A row's operations do not depend on the tile, and its bits not on `D` (exact
     /// integer sums). With `vpdpbusd`, a tile of one panel's two rows takes them side by side
-    /// in 16 lanes ([`paired_grouped_tile`]), the same operations lane for lane.
+    /// in 16 lanes ([`paired_grouped_tile`], Q8_0's last blocks too), the same operations lane
+    /// for lane.
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
     fn tile_grouped<W: GroupRow, D: IntDot, const RR: usize, const M: usize>(
@@ -1223,10 +1272,11 @@ pub(crate) mod imp {
             && rows[0].lane() == 0
             && let Some(vnni) = dot.paired()
         {
-            let acc = paired_grouped_tile(simd, vnni, hint, &[rows[0], rows[1]], xs, blocks);
+            let (acc, tail_from) =
+                paired_grouped_tile(simd, vnni, hint, &[rows[0], rows[1]], xs, blocks);
             let mut all = [[simd.splat_f32x8(0.0); M]; RR];
             all[..PANEL].copy_from_slice(&acc);
-            return finish_grouped(simd, dot, hint, rows, xs, blocks, all);
+            return finish_grouped(simd, dot, hint, rows, xs, tail_from..blocks, all);
         }
         let zero = simd.splat_f32x8(0.0);
         let zero_i = simd.avx._mm256_setzero_si256();
@@ -1285,11 +1335,12 @@ pub(crate) mod imp {
                 }
             }
         }
-        finish_grouped(simd, dot, hint, rows, xs, blocks, acc)
+        finish_grouped(simd, dot, hint, rows, xs, groups * GROUP..blocks, acc)
     }
 
-    /// [`tile_grouped`]'s end: the blocks after the last whole group (Q8_0's, one at a time)
-    /// added to `acc`, then the rows' minimums, and each sum's 8 lanes reduced.
+    /// [`tile_grouped`]'s end: the blocks `tail` after the last whole group (Q8_0's, one at a
+    /// time; none left where [`paired_grouped_tile`] took them) added to `acc`, then the rows'
+    /// minimums, and each sum's 8 lanes reduced.
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
     fn finish_grouped<W: GroupRow, D: IntDot, const RR: usize, const M: usize>(
@@ -1298,17 +1349,16 @@ pub(crate) mod imp {
         hint: Hint,
         rows: &[W; RR],
         xs: &[Int8Row<'_>; M],
-        blocks: usize,
+        tail: Range<usize>,
         mut acc: [[f32x8; M]; RR],
     ) -> [[f32; M]; RR] {
         let zero_i = simd.avx._mm256_setzero_si256();
-        let groups = blocks / GROUP;
-        if groups * GROUP < blocks {
+        if !tail.is_empty() {
             for r in (0..RR).step_by(PANEL) {
-                rows[r].prefetch(simd, hint, groups);
+                rows[r].prefetch(simd, hint, tail.start / GROUP);
             }
         }
-        for b in groups * GROUP..blocks {
+        for b in tail {
             for r in 0..RR {
                 let (quants, scale) = rows[r].tail(simd, b);
                 let scale = simd.splat_f32x8(scale);
@@ -1340,8 +1390,10 @@ pub(crate) mod imp {
     /// lanes 0-7 hold row 0's sums, lanes 8-15 row 1's, and each unit of `x` is broadcast to
     /// both halves, so one `vpdpbusd` on 16 lanes does what two on 8 lanes do (exact integer
     /// sums), and the f32 scaling is lane for lane the same multiply and multiply-add: the
-    /// same bits in half the instructions. Returns each row's accumulators, for
-    /// [`finish_grouped`].
+    /// same bits in half the instructions. Q8_0's blocks after the last whole group go the
+    /// same way ([`GroupRow::pair_tail`]), each 32-bit lane of a block's sums starting from
+    /// `−128 ·` the 4 values of `x` it multiplies. Returns each row's accumulators, for
+    /// [`finish_grouped`], and the first block left to it.
     #[allow(clippy::needless_range_loop)]
     #[inline(always)]
     fn paired_grouped_tile<W: GroupRow, const M: usize>(
@@ -1351,7 +1403,7 @@ pub(crate) mod imp {
         rows: &[W; PANEL],
         xs: &[Int8Row<'_>; M],
         blocks: usize,
-    ) -> [[f32x8; M]; PANEL] {
+    ) -> ([[f32x8; M]; PANEL], usize) {
         let v4 = vnni.1;
         let (f, dq) = (v4.avx512f, v4.avx512dq);
         let mut acc = [f._mm512_setzero_ps(); M];
@@ -1371,12 +1423,9 @@ pub(crate) mod imp {
                 }
                 for quad in 0..quads {
                     let q = seg * quads + quad;
-                    let lows = rows[0].quad(simd, g, q);
-                    let highs = rows[1].quad(simd, g, q);
-                    for u in 0..4 {
+                    let pair = W::pair_quad(*rows, simd, v4, g, q);
+                    for (u, &w) in pair.iter().enumerate() {
                         let t = 4 * q + u;
-                        let w =
-                            f._mm512_inserti64x4::<1>(f._mm512_castsi256_si512(lows[u]), highs[u]);
                         for i in 0..M {
                             let x = f._mm512_broadcast_i64x4(cast(x_units[i][t]));
                             sums[i] = vnni.dpbusd_pair(sums[i], w, x);
@@ -1399,11 +1448,38 @@ pub(crate) mod imp {
                 }
             }
         }
+        let mut tail_from = groups * GROUP;
+        if W::PAIRED_TAIL && tail_from < blocks {
+            rows[0].prefetch(simd, hint, groups);
+            // Unsigned bytes of 128: `vpdpbusd` of these by `x` is what the stored quants'
+            // offset adds to each lane, taken off first.
+            let offset = f._mm512_set1_epi8(i8::MIN);
+            let zero = f._mm512_setzero_si512();
+            while tail_from < blocks {
+                let Some((w, [low, high])) = W::pair_tail(*rows, tail_from) else {
+                    break;
+                };
+                let scales = pair_halves(v4, simd.splat_f32x8(low), simd.splat_f32x8(high));
+                for i in 0..M {
+                    let x = f._mm512_broadcast_i64x4(cast(xs[i].quants[tail_from]));
+                    let start = f._mm512_sub_epi32(zero, vnni.dpbusd_pair(zero, offset, x));
+                    // Lane for lane [`finish_grouped`]'s sums (exact) and its f32 operations.
+                    let sums = vnni.dpbusd_pair(start, w, x);
+                    let steps = f._mm512_set1_ps(xs[i].steps[tail_from]);
+                    acc[i] = f._mm512_fmadd_ps(
+                        f._mm512_cvtepi32_ps(sums),
+                        f._mm512_mul_ps(scales, steps),
+                        acc[i],
+                    );
+                }
+                tail_from += 1;
+            }
+        }
         let mut out = [[simd.splat_f32x8(0.0); M]; PANEL];
         for i in 0..M {
             (out[0][i], out[1][i]) = split_halves(v4, acc[i]);
         }
-        out
+        (out, tail_from)
     }
 
     /// The blocks of the panel holding row `r` (`blocks` blocks a row, one unit each).
@@ -1796,6 +1872,21 @@ pub(crate) mod imp {
             // 4 · [0, 2, 4, 6, 1, 3, 5, 7][d] ..; put them back in order.
             let order = self.avx._mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
             cast(self.avx2._mm256_permutevar8x32_epi32(bytes, order))
+        }
+
+        #[inline(always)]
+        fn half_sums(self, q: &[i8; BLOCK]) -> [i32; 2] {
+            // Neighbouring quants summed in 16 bits (ones times signed bytes), then in fours
+            // in 32 bits: exact, so the same sums as one by one.
+            let pairs = self
+                .avx2
+                ._mm256_maddubs_epi16(self.avx._mm256_set1_epi8(1), cast(*q));
+            let fours: [i32; 8] = cast(
+                self.avx2
+                    ._mm256_madd_epi16(pairs, self.avx._mm256_set1_epi16(1)),
+            );
+            let (first, second) = fours.split_at(4);
+            [first.iter().sum(), second.iter().sum()]
         }
     }
 

@@ -499,6 +499,7 @@ impl Lanes for Portable {
 mod simd_imp {
     use core::arch::x86_64::__m512;
     use pulp::bytemuck::{cast_slice, cast_slice_mut};
+    use pulp::core_arch::x86::Avx512f;
     use pulp::x86::{V3, V4};
     use pulp::{NullaryFnOnce, cast, f32x8, i32x8};
 
@@ -788,12 +789,32 @@ mod simd_imp {
                 acc[6] = f._mm512_fmadd_ps(q, dq._mm512_broadcast_f32x8(cast(k6[c])), acc[6]);
                 acc[7] = f._mm512_fmadd_ps(q, dq._mm512_broadcast_f32x8(cast(k7[c])), acc[7]);
             }
-            let zero = self.0.splat_f32x8(0.0);
-            let (mut a, mut b) = ([zero; 8], [zero; 8]);
-            for l in 0..8 {
-                (a[l], b[l]) = self.split(acc[l]);
-            }
-            (reduce8(*self.0, a), reduce8(*self.0, b))
+            self.split(self.reduce8_pair(acc))
+        }
+
+        /// [`reduce8`] of each half of `acc`, in one: the same additions of the same lanes in
+        /// the same order (`vhaddps` adds a lane pair's upper lane to its lower one, and so do
+        /// these), in 16 lanes.
+        #[inline(always)]
+        fn reduce8_pair(self, acc: [__m512; 8]) -> __m512 {
+            let f = self.0.avx512f;
+            let pairs = [
+                hadd16(f, acc[0], acc[1]),
+                hadd16(f, acc[2], acc[3]),
+                hadd16(f, acc[4], acc[5]),
+                hadd16(f, acc[6], acc[7]),
+            ];
+            let low = hadd16(f, pairs[0], pairs[1]);
+            let high = hadd16(f, pairs[2], pairs[3]);
+            // Each half: its `low`'s lower 128 bits beside its `high`'s (as `reduce8`'s
+            // `lower`), and their upper 128 bits (`upper`); indices 16-31 name `high`'s lanes.
+            let lower =
+                f._mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+            let upper =
+                f._mm512_setr_epi32(4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+            let lower = f._mm512_permutex2var_ps(low, lower, high);
+            let upper = f._mm512_permutex2var_ps(low, upper, high);
+            f._mm512_add_ps(lower, upper)
         }
     }
 
@@ -856,7 +877,6 @@ mod simd_imp {
                 return weighted_sum_each(self, weights, values, d, out);
             }
             let [out_a, out_b] = out;
-            let (f, dq) = (self.0.avx512f, self.0.avx512dq);
             let nv = d / 8;
             let values: &[f32x8] = cast_slice(values);
             let out_a: &mut [f32x8] = cast_slice_mut(out_a);
@@ -866,20 +886,21 @@ mod simd_imp {
             let mut start = 0;
             while start < nv {
                 let width = (nv - start).min(8);
-                let mut acc = [f._mm512_setzero_ps(); 8];
+                let mut acc = [self.0.avx512f._mm512_setzero_ps(); 8];
                 for u in 0..width {
                     acc[u] = self.halves(out_a[start + u], out_b[start + u]);
                 }
-                for ((&a, &b), value) in wa.iter().zip(wb).zip(values.chunks_exact(nv)) {
-                    let mask =
-                        if a != 0.0 { 0x00ff } else { 0 } | if b != 0.0 { 0xff00 } else { 0 };
-                    if mask == 0 {
-                        continue;
-                    }
-                    let w = self.halves(self.0.splat_f32x8(a), self.0.splat_f32x8(b));
-                    for (acc, &v) in acc[..width].iter_mut().zip(&value[start..start + width]) {
-                        let v = dq._mm512_broadcast_f32x8(cast(v));
-                        *acc = f._mm512_mask3_fmadd_ps(w, v, *acc, mask);
+                if width == 8 {
+                    self.weighted_sum_pair_8(wa, wb, values, nv, start, &mut acc);
+                } else {
+                    for ((&a, &b), value) in wa.iter().zip(wb).zip(values.chunks_exact(nv)) {
+                        let w = self.halves(self.0.splat_f32x8(a), self.0.splat_f32x8(b));
+                        self.add_weighted(
+                            w,
+                            nonzero_halves(a, b),
+                            &value[start..start + width],
+                            &mut acc[..width],
+                        );
                     }
                 }
                 for u in 0..width {
@@ -888,6 +909,103 @@ mod simd_imp {
                     out_b[start + u] = b;
                 }
                 start += width;
+            }
+        }
+    }
+
+    /// [`hadd`] in each half of 16 lanes: lane pairs summed upper lane plus lower, as
+    /// `vhaddps` sums them.
+    #[inline(always)]
+    fn hadd16(f: Avx512f, a: __m512, b: __m512) -> __m512 {
+        let lower = f._mm512_shuffle_ps::<0b10_00_10_00>(a, b);
+        let upper = f._mm512_shuffle_ps::<0b11_01_11_01>(a, b);
+        f._mm512_add_ps(upper, lower)
+    }
+
+    /// The mask of the halves whose weight is not zero (NaN included, as `!=` counts it).
+    #[inline(always)]
+    fn nonzero_halves(a: f32, b: f32) -> u16 {
+        halves_mask(a != 0.0, b != 0.0)
+    }
+
+    /// The lanes of the lower half where `low`, and of the upper half where `high`.
+    #[inline(always)]
+    fn halves_mask(low: bool, high: bool) -> u16 {
+        (u16::from(low) * 0x00ff) | (u16::from(high) * 0xff00)
+    }
+
+    impl Wide {
+        /// `acc[u] += w · value[u]` in the halves `mask` keeps: one position's multiply-adds,
+        /// each half [`V3::weighted_sum`]'s for its pair, nothing where `mask` is 0.
+        #[inline(always)]
+        fn add_weighted(self, w: __m512, mask: u16, value: &[f32x8], acc: &mut [__m512]) {
+            if mask == 0 {
+                return;
+            }
+            let (f, dq) = (self.0.avx512f, self.0.avx512dq);
+            for (acc, &v) in acc.iter_mut().zip(value) {
+                let v = dq._mm512_broadcast_f32x8(cast(v));
+                *acc = f._mm512_mask3_fmadd_ps(w, v, *acc, mask);
+            }
+        }
+
+        /// The positions of [`Lanes::weighted_sum_pair`] for the eight output vectors from
+        /// `start` (of `nv` a value row), into `acc`. Eight positions at a time, both pairs'
+        /// weights in one register: where none of the sixteen is zero (a block of positions
+        /// neither row masks), each position's weights are spread to the halves by one
+        /// permutation and its multiply-adds go unmasked, which is what the masked ones do
+        /// with every lane kept; otherwise, and for the last positions, one position at a
+        /// time with its mask. The same multiply-adds in the same order either way.
+        #[inline(always)]
+        fn weighted_sum_pair_8(
+            self,
+            wa: &[f32],
+            wb: &[f32],
+            values: &[f32x8],
+            nv: usize,
+            start: usize,
+            acc: &mut [__m512; 8],
+        ) {
+            let f = self.0.avx512f;
+            let dq = self.0.avx512dq;
+            let positions = wa.len().min(wb.len()).min(values.len() / nv.max(1));
+            let whole = positions / 8 * 8;
+            let zero = f._mm512_setzero_ps();
+            // `spread[p]` takes lane `p` of each half to the whole half.
+            let mut spread = [f._mm512_setzero_si512(); 8];
+            for (p, spread) in (0..8).zip(&mut spread) {
+                let (low, high) = (f._mm512_set1_epi32(p), f._mm512_set1_epi32(8 + p));
+                *spread = f._mm512_mask_blend_epi32(0xff00, low, high);
+            }
+            let rows = values.chunks_exact(8 * nv);
+            let weights = cast_slice::<f32, f32x8>(&wa[..whole])
+                .iter()
+                .zip(cast_slice::<f32, f32x8>(&wb[..whole]));
+            for ((&a, &b), rows) in weights.zip(rows) {
+                let ab = self.halves(a, b);
+                // `_CMP_NEQ_UQ`: true for NaN, as `!=` is.
+                let nonzero = f._mm512_cmp_ps_mask::<4>(ab, zero);
+                for (p, (value, &spread)) in rows.chunks_exact(nv).zip(&spread).enumerate() {
+                    let w = f._mm512_permutexvar_ps(spread, ab);
+                    let value = &value[start..start + 8];
+                    if nonzero == 0xffff {
+                        for (acc, &v) in acc.iter_mut().zip(value) {
+                            let v = dq._mm512_broadcast_f32x8(cast(v));
+                            *acc = f._mm512_fmadd_ps(w, v, *acc);
+                        }
+                    } else {
+                        let kept = |lane: usize| nonzero >> lane & 1 != 0;
+                        self.add_weighted(w, halves_mask(kept(p), kept(8 + p)), value, acc);
+                    }
+                }
+            }
+            let tail = wa[whole..positions]
+                .iter()
+                .zip(&wb[whole..positions])
+                .zip(values[whole * nv..].chunks_exact(nv));
+            for ((&a, &b), value) in tail {
+                let w = self.halves(self.0.splat_f32x8(a), self.0.splat_f32x8(b));
+                self.add_weighted(w, nonzero_halves(a, b), &value[start..start + 8], acc);
             }
         }
     }
@@ -1126,8 +1244,28 @@ mod tests {
                     "{s:?}"
                 );
                 assert_eq!(wide, bits(Isa::Avx2), "{s:?}");
+                // A causal mask alone (a decode step, a chain's verification): whole blocks of
+                // positions that no row masks, which the paired weighted sums take eight
+                // positions at a time without masks.
+                let causal = |isa| -> Vec<u32> {
+                    let (vals, b) = (values(vals.len(), 14), causal_bias(rows, total));
+                    let out = attention_with(&q, q_stride, &keys, &vals, s, &b, isa).unwrap();
+                    out.iter().map(|v| v.to_bits()).collect()
+                };
+                assert_eq!(causal(Isa::Auto), causal(Isa::Avx2), "causal, {s:?}");
             }
         }
+    }
+
+    /// The bias of `rows` new tokens after `total - rows` cached ones, each row seeing every
+    /// cached position, the rows before it and itself.
+    fn causal_bias(rows: usize, total: usize) -> Vec<f32> {
+        let cached = total - rows;
+        let mut b = vec![0.0f32; rows * total];
+        for i in 0..rows {
+            b[i * total + cached + i + 1..(i + 1) * total].fill(f32::NEG_INFINITY);
+        }
+        b
     }
 
     /// A row's output, bit for bit, does not depend on the rows beside it or on masked
