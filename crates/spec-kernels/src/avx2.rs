@@ -954,11 +954,10 @@ pub(crate) mod imp {
         /// Block `b` after the last whole group: its signed quants and scale. Only
         /// `Q8_0Groups` has such blocks (a superblock is a whole group).
         fn tail(self, simd: V3, b: usize) -> (__m256i, f32);
-        /// Whether [`GroupRow::pair_tail`] gives a panel's blocks after the last whole group.
-        const PAIRED_TAIL: bool = false;
         /// Block `b` after the last whole group of a panel's two rows (`rows[0]` in lane 0)
         /// side by side, their stored quants (`q + 128`, the first row's in the lower half),
-        /// and their scales; where [`GroupRow::PAIRED_TAIL`].
+        /// and their scales; `None` where the layout has no such blocks or the rows do not
+        /// hold block `b`.
         fn pair_tail(_rows: [Self; PANEL], _b: usize) -> Option<(__m512i, [f32; PANEL])> {
             None
         }
@@ -1019,8 +1018,6 @@ pub(crate) mod imp {
             let at = b * PANEL + self.lane;
             (unbiased(simd, cast(self.quants[at])), self.scales[at])
         }
-
-        const PAIRED_TAIL: bool = true;
 
         /// The panel's two rows of a block are 64 bytes in a row, as a group's units are.
         #[inline(always)]
@@ -1449,7 +1446,7 @@ pub(crate) mod imp {
             }
         }
         let mut tail_from = groups * GROUP;
-        if W::PAIRED_TAIL && tail_from < blocks {
+        if tail_from < blocks {
             rows[0].prefetch(simd, hint, groups);
             // Unsigned bytes of 128: `vpdpbusd` of these by `x` is what the stored quants'
             // offset adds to each lane, taken off first.
