@@ -148,6 +148,7 @@ pub(crate) trait RoundOps: Copy {
     /// truncation) to int8; `|v · inv| ≤ 127` to rounding.
     fn round_block(self, block: &[f32], inv: f32) -> [i8; BLOCK];
     /// `Σ q` over a block's first 16 quants and over its last 16 (exact: integers).
+    #[inline(always)]
     fn half_sums(self, q: &[i8; BLOCK]) -> [i32; 2] {
         Portable.half_sums(q)
     }

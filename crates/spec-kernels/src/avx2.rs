@@ -785,6 +785,7 @@ pub(crate) mod imp {
         /// `acc` plus, in each lane, the 4 products of `unsigned` (at most 127) by `signed`.
         fn dot(self, simd: V3, acc: __m256i, unsigned: __m256i, signed: __m256i) -> __m256i;
         /// `vpdpbusd` on 16 lanes, where this dot has it ([`paired_grouped_tile`]).
+        #[inline(always)]
         fn paired(self) -> Option<Vnni> {
             None
         }
@@ -958,10 +959,12 @@ pub(crate) mod imp {
         /// side by side, their stored quants (`q + 128`, the first row's in the lower half),
         /// and their scales; `None` where the layout has no such blocks or the rows do not
         /// hold block `b`.
+        #[inline(always)]
         fn pair_tail(_rows: [Self; PANEL], _b: usize) -> Option<(__m512i, [f32; PANEL])> {
             None
         }
         /// `total` plus the row's minimums times `x`'s block sums (vectors of 8).
+        #[inline(always)]
         fn add_mins(self, _simd: V3, _sums: &[f32x8], total: f32x8) -> f32x8 {
             total
         }

@@ -273,11 +273,15 @@ trait Lanes: Copy {
     /// positions), over the `weights.len()` rows of `values` (`[_, d]`).
     fn weighted_sum(self, weights: &[f32], values: &[f32], d: usize, out: &mut [f32]);
     /// [`Lanes::scores`] of two queries against the same keys, each bit for bit as alone.
+    // Inlined like every method here: a default method is compiled once, without the target
+    // features of the `vectorize` call it serves, and its intrinsics would become calls.
+    #[inline(always)]
     fn scores_pair(self, q: [&[f32]; 2], keys: &[f32], d: usize, out: [&mut [f32]; 2]) {
         scores_each(self, q, keys, d, out);
     }
     /// [`Lanes::weighted_sum`] of two rows of weights over the same values, each bit for bit as
     /// alone.
+    #[inline(always)]
     fn weighted_sum_pair(
         self,
         weights: [&[f32]; 2],
