@@ -29,15 +29,13 @@ fn has_body(lines: &[&str]) -> bool {
         .is_some_and(|line| line.ends_with('{'))
 }
 
-/// The attribute and comment lines right above `lines`' end.
+/// The attribute and comment lines (`//` and `///`) right above `lines`' end.
 fn attributes_above<'a>(lines: &[&'a str]) -> impl Iterator<Item = &'a str> {
     lines
         .iter()
         .rev()
         .map(|line| line.trim())
-        .take_while(|line| {
-            line.starts_with("#[") || line.starts_with("//") || line.starts_with("///")
-        })
+        .take_while(|line| line.starts_with("#[") || line.starts_with("//"))
 }
 
 #[test]
