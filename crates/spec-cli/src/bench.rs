@@ -2266,7 +2266,7 @@ mod tests {
             },
             span_tiles: vec![SpanTileRuns {
                 rows_of_x: 5,
-                tiles: [("one panel".to_owned(), 3), ("two panels".to_owned(), 40)].into(),
+                tiles: [("8-lane".to_owned(), 3), ("two panels".to_owned(), 40)].into(),
             }],
             prompts_file: "p.jsonl".into(),
             prompts: vec![],
@@ -2283,9 +2283,7 @@ mod tests {
         };
         let md = render_markdown(&report, &categories);
         assert!(
-            md.contains(
-                "tiles picked by timing (products run): 5 rows: one panel 3, two panels 40\n"
-            ),
+            md.contains("tiles picked by timing (products run): 5 rows: 8-lane 3, two panels 40\n"),
             "{md}"
         );
         // The details row, then the bound table's row if the method has one.

@@ -9,7 +9,7 @@
 //! `smollm2-135m`, `qwen2.5-coder-0.5b`), FORMAT as `--weights` takes it (default f32), ROWS a
 //! list such as `1,2,4,5,8` (default; each 1..=64, a prompt's pass), ROUNDS 12 after a warm-up
 //! round, TILES the f32 span tiles to run each row count with (`timed`, the default, picks
-//! them as the models do; `one`, `two`, `streams` fix one: `SpanTile`), in turn within each
+//! them as the models do; `eight`, `two`, `streams` fix one: `SpanTile`), in turn within each
 //! round. Per row count and tile: the median time of all products, its median ratio to the
 //! first row count with the first tile in the same round, and the same split by projection
 //! (q/k/v stacked, o, gate/up stacked, down, the output head).
@@ -46,10 +46,12 @@ fn main() -> Result<(), Box<dyn Error>> {
         .split(',')
         .map(|t| match t {
             "timed" => Ok(None),
-            "one" => Ok(Some(SpanTile::OnePanel)),
+            "eight" => Ok(Some(SpanTile::EightLanes)),
             "two" => Ok(Some(SpanTile::TwoPanels)),
             "streams" => Ok(Some(SpanTile::TwoPanelStreams)),
-            other => Err(format!("a tile is timed, one, two or streams, not {other}")),
+            other => Err(format!(
+                "a tile is timed, eight, two or streams, not {other}"
+            )),
         })
         .collect::<Result<_, _>>()?;
     // Each (row count, tile) in turn.

@@ -55,6 +55,12 @@ pub(crate) mod imp {
         const NON_TEMPORAL_FROM_ROWS: usize;
         /// Registers [`Row::part`] needs besides the widened vector (a mask, a scale).
         const TEMPORARIES: usize = 1;
+        /// The instruction this row's tiles hint with where the CPU's is `cpu`
+        /// ([`Hint::of_cpu`]).
+        #[inline(always)]
+        fn hint(cpu: Hint) -> Hint {
+            cpu
+        }
     }
 
     /// How far ahead of a tile its panels' weights are asked for: 4 KB of each panel. Measured
@@ -101,12 +107,13 @@ pub(crate) mod imp {
 
     /// Whether a tile of `rows` rows of `x` over weight rows `W` hints its weights ahead.
     /// Non-temporal hints (AMD) pay only from [`Row::NON_TEMPORAL_FROM_ROWS`]; hints into L1
-    /// pay from one row: on the Intel Xeon (family 6, model 207) f32 passes of one row took
-    /// 312-319 ms against 334-377 ms unhinted for the 1.5B, 22-28 ms against 27-33 ms for
-    /// SmolLM2 (`spec bench-forward`, alternated, docs/benchmarks.md, fiftieth session).
+    /// or L2 ([`SpanRow::hint`]) from one row. Into L1: on the Intel Xeon (family 6, model
+    /// 207) f32 passes of one row took 312-319 ms against 334-377 ms unhinted for the 1.5B,
+    /// 22-28 ms against 27-33 ms for SmolLM2 (`spec bench-forward`, alternated,
+    /// docs/benchmarks.md, fiftieth session).
     #[inline(always)]
     fn hints_weights<W: Row>(hint: Hint, rows: usize) -> bool {
-        matches!(hint, Hint::IntoL1) || rows >= W::NON_TEMPORAL_FROM_ROWS
+        matches!(hint, Hint::IntoL1 | Hint::IntoL2) || rows >= W::NON_TEMPORAL_FROM_ROWS
     }
 
     /// The instruction a tile hints its weights with ([`weights_hint_non_temporal`]), looked
@@ -121,6 +128,8 @@ pub(crate) mod imp {
         NonTemporal,
         /// `prefetcht0` (elsewhere).
         IntoL1,
+        /// `prefetcht1`: f32 rows in spans on AMD ([`SpanRow::hint`]).
+        IntoL2,
     }
 
     impl Hint {
@@ -138,13 +147,14 @@ pub(crate) mod imp {
     /// an address: nothing is read, so a hint past the end of the weights is harmless.
     #[inline(always)]
     fn prefetch_lines(simd: V3, hint: Hint, start: *const u8, bytes: usize) {
-        use core::arch::x86_64::{_MM_HINT_NTA, _MM_HINT_T0};
+        use core::arch::x86_64::{_MM_HINT_NTA, _MM_HINT_T0, _MM_HINT_T1};
         let lines = (0..bytes)
             .step_by(64)
             .map(|line| start.wrapping_add(line).cast());
         match hint {
             Hint::NonTemporal => lines.for_each(|a| simd.sse._mm_prefetch::<_MM_HINT_NTA>(a)),
             Hint::IntoL1 => lines.for_each(|a| simd.sse._mm_prefetch::<_MM_HINT_T0>(a)),
+            Hint::IntoL2 => lines.for_each(|a| simd.sse._mm_prefetch::<_MM_HINT_T1>(a)),
         }
     }
 
@@ -200,15 +210,27 @@ pub(crate) mod imp {
 
     impl Row for SpanRow<'_> {
         const PANEL_BLOCK_BYTES: usize = F32Row::PANEL_BLOCK_BYTES;
-        // On AMD in spans, two rows of `x` took 0.88-1.01 of one row's time with hints
-        // against 1.05-1.12 without (the 1.5B's products, Zen 3, docs/benchmarks.md,
-        // twenty-fifth session); whole rows keep them from three rows (see `F32Row`).
+        // Not consulted: spans never hint non-temporally ([`SpanRow::hint`]). Before, on AMD
+        // two rows took 0.88-1.01 of one row's time hinted so against 1.05-1.12 unhinted (the
+        // 1.5B's products, Zen 3, docs/benchmarks.md, twenty-fifth session).
         const NON_TEMPORAL_FROM_ROWS: usize = 2;
         const TEMPORARIES: usize = 0;
 
         #[inline(always)]
         fn part(self, simd: V3, b: usize, j: usize) -> f32x8 {
             self.0.part(simd, b, j)
+        }
+
+        /// On AMD into L2 (`prefetcht1`), at every row count, not non-temporal: on the Zen 4
+        /// of the fifty-fourth session (AVX2 only) the 1.5B's products from memory
+        /// (`model_products`, one-panel tiles, three alternated runs) took 181-237 ms against
+        /// 221-253 at 2 rows, 272-320 against 346-384 at 5 and 471-547 against 580-616 at 9.
+        #[inline(always)]
+        fn hint(cpu: Hint) -> Hint {
+            match cpu {
+                Hint::NonTemporal => Hint::IntoL2,
+                other => other,
+            }
         }
 
         #[inline(always)]
@@ -436,7 +458,7 @@ pub(crate) mod imp {
         let hold_x = RR * M + M + 1 + W::TEMPORARIES <= 16;
         let zero = simd.splat_f32x8(0.0);
         let mut acc = *sums;
-        let hint = Hint::of_cpu();
+        let hint = W::hint(Hint::of_cpu());
         let hinted = hints_weights::<W>(hint, M);
         for b in 0..blocks {
             if hinted {
@@ -2029,7 +2051,7 @@ pub(crate) mod imp {
         m: usize,
     }
 
-    /// The rows of `x` of a span, all of them, in one piece, a panel at a time.
+    /// The rows of `x` of a span, all of them, in one piece, two panels at a time.
     struct PieceByPiece<'a>(SpanOperands<'a>);
 
     impl AddSpan for PieceByPiece<'_> {
@@ -2037,7 +2059,34 @@ pub(crate) mod imp {
         fn add_span(&self, pieces: &[[f32x8; 4]], start: usize, span: usize, sums: &mut [f32x8]) {
             let SpanOperands { simd, x, blocks, m } = self.0;
             let panels = sums.len() / (PANEL * m);
-            for p in 0..panels {
+            let hint = SpanRow::hint(Hint::of_cpu());
+            let hinted = hints_weights::<SpanRow<'_>>(hint, m);
+            for q in 0..panels / 2 {
+                let both = &pieces[2 * q * PANEL * span..2 * (q + 1) * PANEL * span];
+                let sums = &mut sums[2 * q * PANEL * m..2 * (q + 1) * PANEL * m];
+                // The next pair's pieces, asked for during the first tile over these.
+                let next = pieces.as_ptr().wrapping_add(2 * (q + 1) * PANEL * span);
+                let mut i = 0;
+                while i < m {
+                    let take = (m - i).min(3);
+                    let hint = (hinted && i == 0).then_some(hint);
+                    macro_rules! pair_tile {
+                        ($m:literal) => {
+                            pair_span_tile::<$m>(
+                                simd, both, next, hint, x, blocks, start, i, m, sums,
+                            )
+                        };
+                    }
+                    match take {
+                        1 => pair_tile!(1),
+                        2 => pair_tile!(2),
+                        _ => pair_tile!(3),
+                    }
+                    i += take;
+                }
+            }
+            // A group's odd last panel.
+            for p in panels / 2 * 2..panels {
                 let piece = &pieces[p * PANEL * span..(p + 1) * PANEL * span];
                 let tile_rows = [SpanRow(F32Row(piece, 0)), SpanRow(F32Row(piece, 1))];
                 let sums = &mut sums[p * PANEL * m..(p + 1) * PANEL * m];
@@ -2094,10 +2143,11 @@ pub(crate) mod imp {
     }
 
     /// [`sweep`] for f32 rows stored in spans ([`span_width`]), 1 to [`SPAN_TILE_MAX_ROWS`]
-    /// rows of `x`: in each span ([`spanned_groups`]) each panel's piece against every row of
-    /// `x` in one-panel tiles (as [`run_rows`]), so each output gets the same operations in
-    /// the same order as from whole rows. The group's data is one sequential stream, and a
-    /// span of `x` serves its 8 panels from L1.
+    /// rows of `x`: in each span ([`spanned_groups`]) each pair of panels' pieces against
+    /// every row of `x` in tiles of two panels × 3 rows ([`pair_span_tile`]; 1 or 2 for the
+    /// last), a group's odd last panel in one-panel tiles (as [`run_rows`]), so each output
+    /// gets the same operations in the same order as from whole rows. The group's data is
+    /// one sequential stream, and a span of `x` serves its 8 panels from L1.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn spanned_sweep(
@@ -2415,6 +2465,69 @@ pub(crate) mod imp {
         }
     }
 
+    /// Two panels' pieces of a span (`both`: the first panel's piece, then the second's, each
+    /// `span` blocks) against rows `i..i + M` of `x`, `M` up to 3, adding to the four rows'
+    /// sums (`sums[r * m + i]`); with `hint`, asking for the pieces from `next` on (as many
+    /// bytes as `both`) on the way. Each output takes the same operations in the same order
+    /// as in a one-panel tile ([`span_tile`]), so the same bits.
+    ///
+    /// Four weight rows × 3 rows of `x` take 12 sums, 3 vectors of `x` and a weight vector
+    /// (the 16 registers) and load 7 vectors a 12 multiply-adds, where one panel × 4 or 5
+    /// rows loads 6 a 8 or 7 a 10; perf annotate showed the one-panel tiles storing and
+    /// reloading all their 8 or 10 sums every block, this one 4 of its 12 (the 3-row loop). On the Zen 4 of the fifty-fourth session, whose loads (about one
+    /// a cycle beside multiply-adds) bound these tiles, one thread on a product held in L2
+    /// (`hot_product`) went from 5.2-7.1 to 10.2-13.5 GB/s at 9 rows, 11-13 to 19-23 at 5, and
+    /// 22 to 50-65 at one; see docs/benchmarks.md for the model's products.
+    #[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
+    #[inline(always)]
+    fn pair_span_tile<const M: usize>(
+        simd: V3,
+        both: &[[f32x8; 4]],
+        next: *const [f32x8; 4],
+        hint: Option<Hint>,
+        x: &[[f32x8; 4]],
+        blocks: usize,
+        start: usize,
+        i: usize,
+        m: usize,
+        sums: &mut [f32x8],
+    ) {
+        const ROWS: usize = 2 * PANEL;
+        let span = both.len() / ROWS;
+        let (first, second) = both.split_at(PANEL * span);
+        let xs: [&[[f32x8; 4]]; M] = std::array::from_fn(|u| {
+            let at = (i + u) * blocks + start;
+            &x[at..at + span]
+        });
+        let mut acc: [[f32x8; M]; ROWS] =
+            std::array::from_fn(|r| std::array::from_fn(|u| sums[r * m + i + u]));
+        for b in 0..span {
+            if let Some(hint) = hint {
+                let lines = next.wrapping_add(b * ROWS).cast::<u8>();
+                prefetch_lines(simd, hint, lines, ROWS * 128);
+            }
+            for j in 0..4 {
+                let mut xv = [simd.splat_f32x8(0.0); M];
+                for u in 0..M {
+                    xv[u] = xs[u][b][j];
+                }
+                for r in 0..ROWS {
+                    let w = if r < PANEL {
+                        first[b * PANEL + r][j]
+                    } else {
+                        second[b * PANEL + r - PANEL][j]
+                    };
+                    for u in 0..M {
+                        acc[r][u] = simd.mul_add_f32x8(w, xv[u], acc[r][u]);
+                    }
+                }
+            }
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            sums[r * m + i..r * m + i + M].copy_from_slice(acc);
+        }
+    }
+
     /// Row `i` of `x` rounded to int8, `blocks` blocks a row.
     #[inline(always)]
     fn int8_row<'q>(q: &'q QuantizedRows, blocks: usize) -> impl Fn(usize) -> Int8Row<'q> + Copy {
@@ -2608,7 +2721,7 @@ pub(crate) mod imp {
             avx512
                 && mat.spanned()
                 && WIDE_SPAN_ROWS.contains(&m)
-                && span_tile != SpanTile::OnePanel
+                && span_tile != SpanTile::EightLanes
         }) {
             macro_rules! wide {
                 ($m:literal) => {

@@ -20,8 +20,9 @@
 //! - a register tile (one panel of 2 weight rows × 1 to 5 rows of `x`, read as one sequential
 //!   stream) accumulates up to 10 dot products in 8-lane vectors (AVX2 + FMA through `pulp`, detected
 //!   at run time; a scalar loop elsewhere), so each weight loaded from memory is used `M`
-//!   times (from cache after the first pass). On a CPU with AVX-512 (F, BW, CD, DQ, VL) the
-//!   integer tiles of the `*A8` formats are compiled for it ([`Isa::Auto`]): the operations
+//!   times (from cache after the first pass); f32 rows stored in spans take two panels × up
+//!   to 3 rows of `x` a tile (12 sums), which loads fewer vectors a multiply-add. On a CPU
+//!   with AVX-512 (F, BW, CD, DQ, VL) the integer tiles of the `*A8` formats are compiled for it ([`Isa::Auto`]): the operations
 //!   and their results are the same, but 32 vector registers hold the tiles that spill from
 //!   16 ([`Isa::Avx2`] keeps 16); there, weights widened to f32 also take tiles of two panels
 //!   (4 weight rows × 3 to 5 rows of `x`; for f32 at up to 5 rows three panels, 6 weight rows)
@@ -34,7 +35,7 @@
 //!   verification of K = 5 to 15, which 16 registers take in two tiles or more): one tile of
 //!   all the rows, the panel's two rows in 16-lane vectors, lane for lane the same operations
 //!   (up to 14 rows two panels a tile, each broadcast vector of `x` serving both). At 4 to 14
-//!   rows such a product's tile ([`SpanTile`]: AVX2's one-panel tiles, or the 16-lane tile
+//!   rows such a product's tile ([`SpanTile`]: AVX2's 8-lane tiles, or the 16-lane tile
 //!   with one stream of hints or a stream a panel) is picked by timing the candidates on its
 //!   shape, since which is fastest changed with the state of the machine's memory (module
 //!   `tiles`);

@@ -24,9 +24,11 @@ use std::time::Instant;
 /// A tile for a product of f32 rows stored in spans ([`crate::Exec::span_tile`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SpanTile {
-    /// AVX2's tiles of one panel (2 weight rows) × up to 5 rows of `x`, in 8-lane vectors;
-    /// more rows take several tiles, the later ones reading the panel's piece again from L1.
-    OnePanel,
+    /// AVX2's tiles in 8-lane vectors: two panels (4 weight rows) × up to 3 rows of `x` (a
+    /// group's odd last panel one panel × up to 5); more rows take several tiles, the later
+    /// ones reading the pieces again from L1. Named `OnePanel` until the fifty-fourth
+    /// session, when its tiles were of one panel.
+    EightLanes,
     /// AVX-512's tile of two panels × every row of `x` (one panel at 15 and 16 rows), a panel's
     /// two rows side by side in 16-lane vectors, asking for the next two pieces of weights in
     /// address order: one stream of hints.
@@ -38,7 +40,7 @@ pub enum SpanTile {
 impl SpanTile {
     /// Every tile, in a fixed order.
     pub const ALL: [SpanTile; 3] = [
-        SpanTile::OnePanel,
+        SpanTile::EightLanes,
         SpanTile::TwoPanels,
         SpanTile::TwoPanelStreams,
     ];
@@ -46,7 +48,7 @@ impl SpanTile {
     /// A short name for reports.
     pub fn name(self) -> &'static str {
         match self {
-            SpanTile::OnePanel => "one panel",
+            SpanTile::EightLanes => "8-lane",
             SpanTile::TwoPanels => "two panels",
             SpanTile::TwoPanelStreams => "two panels, two streams",
         }
@@ -55,15 +57,15 @@ impl SpanTile {
 
 /// The tiles timed against each other at `m` rows of `x`, the one run without timing first;
 /// none where only one tile is worth running. The defaults are the fixed choices before the
-/// tiles were timed: one-panel tiles up to 5 rows (16 registers hold them), one stream of hints
+/// tiles were timed: AVX2's tiles up to 5 rows (16 registers hold them), one stream of hints
 /// at 6 and 7 rows and a stream per panel from 8, which was faster in both states at 9 rows
 /// (docs/benchmarks.md, thirty-third session). At 15 and 16 rows the two-panel tiles hold one
 /// panel, whose hints have no second stream.
 pub(crate) fn candidates(m: usize) -> &'static [SpanTile] {
-    use SpanTile::{OnePanel, TwoPanelStreams, TwoPanels};
+    use SpanTile::{EightLanes, TwoPanelStreams, TwoPanels};
     match m {
-        4 => &[OnePanel, TwoPanels],
-        5 => &[OnePanel, TwoPanels, TwoPanelStreams],
+        4 => &[EightLanes, TwoPanels],
+        5 => &[EightLanes, TwoPanels, TwoPanelStreams],
         6..=7 => &[TwoPanels, TwoPanelStreams],
         8..=14 => &[TwoPanelStreams, TwoPanels],
         _ => &[],
@@ -75,7 +77,7 @@ pub(crate) fn default_tile(m: usize) -> SpanTile {
     match candidates(m).first() {
         Some(&tile) => tile,
         None if (15..=16).contains(&m) => SpanTile::TwoPanels,
-        None => SpanTile::OnePanel,
+        None => SpanTile::EightLanes,
     }
 }
 
@@ -402,12 +404,12 @@ mod tests {
 
     #[test]
     fn candidates_start_with_the_untimed_choice() {
-        assert_eq!(default_tile(1), SpanTile::OnePanel);
-        assert_eq!(default_tile(5), SpanTile::OnePanel);
+        assert_eq!(default_tile(1), SpanTile::EightLanes);
+        assert_eq!(default_tile(5), SpanTile::EightLanes);
         assert_eq!(default_tile(6), SpanTile::TwoPanels);
         assert_eq!(default_tile(9), SpanTile::TwoPanelStreams);
         assert_eq!(default_tile(16), SpanTile::TwoPanels);
-        assert_eq!(default_tile(17), SpanTile::OnePanel);
+        assert_eq!(default_tile(17), SpanTile::EightLanes);
         assert!(candidates(1).is_empty() && candidates(15).is_empty());
     }
 }
