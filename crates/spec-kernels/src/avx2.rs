@@ -2099,9 +2099,10 @@ pub(crate) mod imp {
                         l => l.min(2),
                     };
                     macro_rules! span_tile {
-                        ($m:literal) => {
-                            span_tile::<$m>(simd, &tile_rows, x, blocks, start, span, i, m, sums)
-                        };
+                        ($m:literal) => {{
+                            let xs = span_xs::<$m>(x, blocks, start, span, i);
+                            span_tile(simd, &tile_rows, &xs, span, i, m, sums)
+                        }};
                     }
                     match take {
                         1 => span_tile!(1),
@@ -2274,10 +2275,7 @@ pub(crate) mod imp {
                 .chunks(two * PANEL * span)
                 .zip(sums.chunks_mut(two * PANEL * m))
             {
-                let xs: [&[[f32x8; 4]]; M] = std::array::from_fn(|u| {
-                    let at = u * blocks + start;
-                    &x[at..at + span]
-                });
+                let xs = span_xs::<M>(x, blocks, start, span, 0);
                 if pieces.len() == 2 * PANEL * span {
                     two_panel_tile::<M, STREAMS>(self.v4, pieces, &xs, span, m, sums);
                 } else {
@@ -2420,46 +2418,67 @@ pub(crate) mod imp {
         m: usize,
         sums: &mut [f32x8],
     ) {
-        let xs: [&[[f32x8; 4]]; M] = std::array::from_fn(|u| {
-            let at = (i + u) * blocks + start;
-            &x[at..at + span]
-        });
+        let xs = span_xs::<M>(x, blocks, start, span, i);
         for (piece, sums) in pieces
             .chunks_exact(PANEL * span)
             .zip(sums.chunks_exact_mut(PANEL * m))
         {
             let rows = [SpanRow(F32Row(piece, 0)), SpanRow(F32Row(piece, 1))];
-            let mut acc: [[f32x8; M]; PANEL] =
-                std::array::from_fn(|r| std::array::from_fn(|u| sums[r * m + i + u]));
-            accumulate(simd, &rows, &xs, span, &mut acc);
-            for (r, acc) in acc.iter().enumerate() {
-                sums[r * m + i..r * m + i + M].copy_from_slice(acc);
-            }
+            span_tile(simd, &rows, &xs, span, i, m, sums);
         }
     }
 
-    /// One panel's piece of a span against rows `i..i + M` of `x`, adding to the panel's two
-    /// rows' sums (`sums[r * m + i]`).
+    /// One panel's piece of a span against rows `i..i + M` of `x` (`xs`, [`span_xs`]), adding
+    /// to the panel's two rows' sums (`sums[r * m + i]`).
     #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
     fn span_tile<const M: usize>(
         simd: V3,
         rows: &[SpanRow<'_>; PANEL],
-        x: &[[f32x8; 4]],
-        blocks: usize,
-        start: usize,
+        xs: &[&[[f32x8; 4]]; M],
         span: usize,
         i: usize,
         m: usize,
         sums: &mut [f32x8],
     ) {
-        let xs: [&[[f32x8; 4]]; M] = std::array::from_fn(|u| {
+        let mut acc = load_sums::<PANEL, M>(sums, i, m);
+        accumulate(simd, rows, xs, span, &mut acc);
+        store_sums(&acc, sums, i, m);
+    }
+
+    /// Rows `i..i + M` of `x` (`blocks` blocks a row), each the `span` blocks from `start` on:
+    /// what a tile over a span's pieces multiplies them by.
+    #[inline(always)]
+    fn span_xs<const M: usize>(
+        x: &[[f32x8; 4]],
+        blocks: usize,
+        start: usize,
+        span: usize,
+        i: usize,
+    ) -> [&[[f32x8; 4]]; M] {
+        std::array::from_fn(|u| {
             let at = (i + u) * blocks + start;
             &x[at..at + span]
-        });
-        let mut acc: [[f32x8; M]; PANEL] =
-            std::array::from_fn(|r| std::array::from_fn(|u| sums[r * m + i + u]));
-        accumulate(simd, rows, &xs, span, &mut acc);
+        })
+    }
+
+    /// The sums of `R` weight rows against rows `i..i + M` of `x`, kept as `sums[r * m + i]`.
+    #[inline(always)]
+    fn load_sums<const R: usize, const M: usize>(
+        sums: &[f32x8],
+        i: usize,
+        m: usize,
+    ) -> [[f32x8; M]; R] {
+        std::array::from_fn(|r| std::array::from_fn(|u| sums[r * m + i + u]))
+    }
+
+    /// [`load_sums`] undone: `acc` written back to `sums`.
+    #[inline(always)]
+    fn store_sums<const R: usize, const M: usize>(
+        acc: &[[f32x8; M]; R],
+        sums: &mut [f32x8],
+        i: usize,
+        m: usize,
+    ) {
         for (r, acc) in acc.iter().enumerate() {
             sums[r * m + i..r * m + i + M].copy_from_slice(acc);
         }
@@ -2495,12 +2514,8 @@ pub(crate) mod imp {
         const ROWS: usize = 2 * PANEL;
         let span = both.len() / ROWS;
         let (first, second) = both.split_at(PANEL * span);
-        let xs: [&[[f32x8; 4]]; M] = std::array::from_fn(|u| {
-            let at = (i + u) * blocks + start;
-            &x[at..at + span]
-        });
-        let mut acc: [[f32x8; M]; ROWS] =
-            std::array::from_fn(|r| std::array::from_fn(|u| sums[r * m + i + u]));
+        let xs = span_xs::<M>(x, blocks, start, span, i);
+        let mut acc = load_sums::<ROWS, M>(sums, i, m);
         for b in 0..span {
             if let Some(hint) = hint {
                 let lines = next.wrapping_add(b * ROWS).cast::<u8>();
@@ -2523,9 +2538,7 @@ pub(crate) mod imp {
                 }
             }
         }
-        for (r, acc) in acc.iter().enumerate() {
-            sums[r * m + i..r * m + i + M].copy_from_slice(acc);
-        }
+        store_sums(&acc, sums, i, m);
     }
 
     /// Row `i` of `x` rounded to int8, `blocks` blocks a row.
