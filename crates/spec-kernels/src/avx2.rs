@@ -107,10 +107,10 @@ pub(crate) mod imp {
 
     /// Whether a tile of `rows` rows of `x` over weight rows `W` hints its weights ahead.
     /// Non-temporal hints (AMD) pay only from [`Row::NON_TEMPORAL_FROM_ROWS`]; hints into L1
-    /// or L2 ([`SpanRow::hint`]) from one row. Into L1: on the Intel Xeon (family 6, model
-    /// 207) f32 passes of one row took 312-319 ms against 334-377 ms unhinted for the 1.5B,
-    /// 22-28 ms against 27-33 ms for SmolLM2 (`spec bench-forward`, alternated,
-    /// docs/benchmarks.md, fiftieth session).
+    /// or L2 ([`SpanRow::hint`]) from one row. Into L1, against none: on the Intel Xeon
+    /// (family 6, model 207) f32 passes of one row took 312-319 ms against 334-377 ms unhinted
+    /// for the 1.5B (whose spans now hint into L2), 22-28 ms against 27-33 ms for SmolLM2
+    /// (`spec bench-forward`, alternated, docs/benchmarks.md, fiftieth session).
     #[inline(always)]
     fn hints_weights<W: Row>(hint: Hint, rows: usize) -> bool {
         matches!(hint, Hint::IntoL1 | Hint::IntoL2) || rows >= W::NON_TEMPORAL_FROM_ROWS
@@ -128,7 +128,7 @@ pub(crate) mod imp {
         NonTemporal,
         /// `prefetcht0` (elsewhere).
         IntoL1,
-        /// `prefetcht1`: f32 rows in spans on AMD ([`SpanRow::hint`]).
+        /// `prefetcht1`: f32 rows in spans ([`SpanRow::hint`]).
         IntoL2,
     }
 
@@ -208,9 +208,23 @@ pub(crate) mod imp {
     #[derive(Clone, Copy)]
     struct SpanRow<'a>(F32Row<'a>);
 
+    impl SpanRow<'_> {
+        /// The hint of AVX-512's tiles of a span ([`two_panel_tile`], [`paired_tile`]): as
+        /// [`SpanRow::hint`], but for AMD, where they stay non-temporal as they were measured on
+        /// the Zen 5 (thirty-first to thirty-third sessions); into L2 there is not measured.
+        #[inline(always)]
+        fn wide_hint(cpu: Hint) -> Hint {
+            match cpu {
+                Hint::NonTemporal => Hint::NonTemporal,
+                other => <Self as Row>::hint(other),
+            }
+        }
+    }
+
     impl Row for SpanRow<'_> {
         const PANEL_BLOCK_BYTES: usize = F32Row::PANEL_BLOCK_BYTES;
-        // Not consulted: spans never hint non-temporally ([`SpanRow::hint`]). Before, on AMD
+        // Not consulted: `hints_weights` sees spans hint only into L2 ([`SpanRow::hint`]; the
+        // AVX-512 tiles hint without asking it). Before, on AMD
         // two rows took 0.88-1.01 of one row's time hinted so against 1.05-1.12 unhinted (the
         // 1.5B's products, Zen 3, docs/benchmarks.md, twenty-fifth session).
         const NON_TEMPORAL_FROM_ROWS: usize = 2;
@@ -221,16 +235,17 @@ pub(crate) mod imp {
             self.0.part(simd, b, j)
         }
 
-        /// On AMD into L2 (`prefetcht1`), at every row count, not non-temporal: on the Zen 4
-        /// of the fifty-fourth session (AVX2 only) the 1.5B's products from memory
+        /// Into L2 (`prefetcht1`) on every CPU, at every row count. On AMD not non-temporal: on
+        /// the Zen 4 of the fifty-fourth session (AVX2 only) the 1.5B's products from memory
         /// (`model_products`, one-panel tiles, three alternated runs) took 181-237 ms against
         /// 221-253 at 2 rows, 272-320 against 346-384 at 5 and 471-547 against 580-616 at 9.
+        /// On Intel not into L1: on the Xeon of the fifty-sixth session (family 6, model 167 as
+        /// its VM reports it) the 1.5B's f32 passes (`spec bench-forward`, two alternated
+        /// rounds) took 216 ms against 232-237 at one row, 234-236 against 269-270 at 3 rows,
+        /// 242-243 against 256-260 at 5 and 273-276 against 281-288 at 9 (docs/benchmarks.md).
         #[inline(always)]
-        fn hint(cpu: Hint) -> Hint {
-            match cpu {
-                Hint::NonTemporal => Hint::IntoL2,
-                other => other,
-            }
+        fn hint(_cpu: Hint) -> Hint {
+            Hint::IntoL2
         }
 
         #[inline(always)]
@@ -2315,7 +2330,7 @@ pub(crate) mod imp {
         let mut acc_a: [__m512; M] = std::array::from_fn(|u| pair(sums[u], sums[m + u]));
         let mut acc_b: [__m512; M] =
             std::array::from_fn(|u| pair(sums[2 * m + u], sums[3 * m + u]));
-        let hint = Hint::of_cpu();
+        let hint = SpanRow::wide_hint(Hint::of_cpu());
         for b in 0..span {
             if STREAMS {
                 // Each panel's own stream of hints, a block a block, two pieces (8 KB at the
@@ -2386,7 +2401,7 @@ pub(crate) mod imp {
         let mut acc: [__m512; M] = std::array::from_fn(|u| pair(sums[u], sums[m + u]));
         let row = SpanRow(F32Row(piece, 0));
         let ahead = PREFETCH_AHEAD_BYTES / SpanRow::PANEL_BLOCK_BYTES;
-        let hint = Hint::of_cpu();
+        let hint = SpanRow::wide_hint(Hint::of_cpu());
         for b in 0..span {
             row.prefetch(*v4, hint, b + ahead);
             for j in 0..4 {
