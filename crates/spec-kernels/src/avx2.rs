@@ -2265,8 +2265,12 @@ pub(crate) mod imp {
         fn call(self) {
             let WideSpanJob { simd, product } = self;
             debug_assert_eq!(product.m, M);
+            let blocks = product.mat.padded_cols() / BLOCK;
+            let by_block = interleave_rows::<M>(cast_slice(product.x), blocks);
             spanned_product(*simd, product, |operands| OneTile::<M, STREAMS> {
                 v4: simd,
+                by_block: &by_block,
+                hint: SpanRow::wide_hint(Hint::of_cpu()),
                 operands,
             });
         }
@@ -2276,26 +2280,67 @@ pub(crate) mod imp {
     /// two panels a tile up to [`TWO_PANEL_MAX_ROWS`] rows.
     struct OneTile<'a, const M: usize, const STREAMS: bool> {
         v4: V4,
+        /// `x` block by block ([`interleave_rows`]).
+        by_block: &'a [[f32x8; 4]],
+        hint: Hint,
         operands: SpanOperands<'a>,
+    }
+
+    /// The `M` rows of `x` (`[M, blocks]` blocks) block by block, `[blocks, M]`: a tile reads
+    /// a block's `M` vectors at fixed offsets from one address, with no bounds check. With a
+    /// slice a row (one address and one check a row in the loop) the 1.5B's products at 9
+    /// rows took 251-252 ms against 248-249 this way (Intel Xeon, two alternated rounds,
+    /// docs/benchmarks.md, fifty-seventh session).
+    fn interleave_rows<const M: usize>(x: &[[f32x8; 4]], blocks: usize) -> Vec<[f32x8; 4]> {
+        let mut by_block = Vec::with_capacity(blocks * M);
+        for b in 0..blocks {
+            by_block.extend((0..M).map(|u| x[u * blocks + b]));
+        }
+        by_block
     }
 
     impl<const M: usize, const STREAMS: bool> AddSpan for OneTile<'_, M, STREAMS> {
         #[inline(always)]
         fn add_span(&self, pieces: &[[f32x8; 4]], start: usize, span: usize, sums: &mut [f32x8]) {
-            let SpanOperands { x, blocks, m, .. } = self.operands;
+            // Each hint its own copy of the tiles: with the hint chosen inside their loops,
+            // those loops kept their sums on the stack, loading and storing every sum each
+            // block (the 9-row tile, Intel Xeon, fifty-seventh session).
+            match self.hint {
+                Hint::NonTemporal => self.tiles(Hint::NonTemporal, pieces, start, span, sums),
+                Hint::IntoL1 => self.tiles(Hint::IntoL1, pieces, start, span, sums),
+                Hint::IntoL2 => self.tiles(Hint::IntoL2, pieces, start, span, sums),
+            }
+        }
+    }
+
+    impl<const M: usize, const STREAMS: bool> OneTile<'_, M, STREAMS> {
+        /// [`AddSpan::add_span`] with `hint`, a constant where it is inlined.
+        #[inline(always)]
+        fn tiles(
+            &self,
+            hint: Hint,
+            pieces: &[[f32x8; 4]],
+            start: usize,
+            span: usize,
+            sums: &mut [f32x8],
+        ) {
+            let m = self.operands.m;
+            let xs = &self.by_block[start * M..(start + span) * M];
             // Two panels a tile where their 2 M sums fit the registers ([`two_panel_tile`]); a
             // group's odd last panel, and 15 or 16 rows, one.
             let two = if M <= TWO_PANEL_MAX_ROWS { 2 } else { 1 };
-            for (pieces, sums) in pieces
-                .chunks(two * PANEL * span)
-                .zip(sums.chunks_mut(two * PANEL * m))
-            {
-                let xs = span_xs::<M>(x, blocks, start, span, 0);
-                if pieces.len() == 2 * PANEL * span {
-                    two_panel_tile::<M, STREAMS>(self.v4, pieces, &xs, span, m, sums);
+            let mut pieces = pieces.chunks_exact(two * PANEL * span);
+            let mut sums = sums.chunks_exact_mut(two * PANEL * m);
+            for (pieces, sums) in (&mut pieces).zip(&mut sums) {
+                if two == 2 {
+                    two_panel_tile::<M, STREAMS>(self.v4, hint, pieces, xs, span, m, sums);
                 } else {
-                    paired_tile(self.v4, pieces, &xs, span, m, sums);
+                    paired_tile::<M>(self.v4, hint, pieces, xs, span, m, sums);
                 }
+            }
+            let (pieces, sums) = (pieces.remainder(), sums.into_remainder());
+            if !pieces.is_empty() {
+                paired_tile::<M>(self.v4, hint, pieces, xs, span, m, sums);
             }
         }
     }
@@ -2318,8 +2363,9 @@ pub(crate) mod imp {
     #[inline(always)]
     fn two_panel_tile<const M: usize, const STREAMS: bool>(
         v4: V4,
+        hint: Hint,
         pieces: &[[f32x8; 4]],
-        xs: &[&[[f32x8; 4]]; M],
+        xs: &[[f32x8; 4]],
         span: usize,
         m: usize,
         sums: &mut [f32x8],
@@ -2327,11 +2373,14 @@ pub(crate) mod imp {
         let (f, dq) = (v4.avx512f, v4.avx512dq);
         let pair = |low, high| pair_halves(v4, low, high);
         let (a, b_piece) = pieces.split_at(PANEL * span);
+        let blocks = a
+            .chunks_exact(PANEL)
+            .zip(b_piece.chunks_exact(PANEL))
+            .zip(xs.chunks_exact(M));
         let mut acc_a: [__m512; M] = std::array::from_fn(|u| pair(sums[u], sums[m + u]));
         let mut acc_b: [__m512; M] =
             std::array::from_fn(|u| pair(sums[2 * m + u], sums[3 * m + u]));
-        let hint = SpanRow::wide_hint(Hint::of_cpu());
-        for b in 0..span {
+        for (b, ((wa, wb), xb)) in blocks.enumerate() {
             if STREAMS {
                 // Each panel's own stream of hints, a block a block, two pieces (8 KB at the
                 // 1.5B's spans) ahead: block `b` of the next tile's two pieces.
@@ -2344,10 +2393,9 @@ pub(crate) mod imp {
                 prefetch_lines(*v4, hint, next.cast(), 2 * SpanRow::PANEL_BLOCK_BYTES);
             }
             for j in 0..4 {
-                let wa = pair(a[b * PANEL][j], a[b * PANEL + 1][j]);
-                let wb = pair(b_piece[b * PANEL][j], b_piece[b * PANEL + 1][j]);
+                let (wa, wb) = (pair(wa[0][j], wa[1][j]), pair(wb[0][j], wb[1][j]));
                 for u in 0..M {
-                    let xv = dq._mm512_broadcast_f32x8(cast(xs[u][b][j]));
+                    let xv = dq._mm512_broadcast_f32x8(cast(xb[u][j]));
                     acc_a[u] = f._mm512_fmadd_ps(wa, xv, acc_a[u]);
                     acc_b[u] = f._mm512_fmadd_ps(wb, xv, acc_b[u]);
                 }
@@ -2390,8 +2438,9 @@ pub(crate) mod imp {
     #[inline(always)]
     fn paired_tile<const M: usize>(
         v4: V4,
+        hint: Hint,
         piece: &[[f32x8; 4]],
-        xs: &[&[[f32x8; 4]]; M],
+        xs: &[[f32x8; 4]],
         span: usize,
         m: usize,
         sums: &mut [f32x8],
@@ -2401,13 +2450,15 @@ pub(crate) mod imp {
         let mut acc: [__m512; M] = std::array::from_fn(|u| pair(sums[u], sums[m + u]));
         let row = SpanRow(F32Row(piece, 0));
         let ahead = PREFETCH_AHEAD_BYTES / SpanRow::PANEL_BLOCK_BYTES;
-        let hint = SpanRow::wide_hint(Hint::of_cpu());
-        for b in 0..span {
+        let blocks = piece[..PANEL * span]
+            .chunks_exact(PANEL)
+            .zip(xs.chunks_exact(M));
+        for (b, (w, xb)) in blocks.enumerate() {
             row.prefetch(*v4, hint, b + ahead);
             for j in 0..4 {
-                let w = pair(piece[b * PANEL][j], piece[b * PANEL + 1][j]);
+                let w = pair(w[0][j], w[1][j]);
                 for u in 0..M {
-                    let xv = dq._mm512_broadcast_f32x8(cast(xs[u][b][j]));
+                    let xv = dq._mm512_broadcast_f32x8(cast(xb[u][j]));
                     acc[u] = f._mm512_fmadd_ps(w, xv, acc[u]);
                 }
             }
