@@ -5,6 +5,7 @@ pub mod metrics;
 pub mod reference;
 pub mod rng;
 pub mod sampling;
+pub mod step;
 pub mod tree;
 mod truncate;
 pub mod verify;

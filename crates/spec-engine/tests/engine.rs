@@ -6,11 +6,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::needless_range_loop)]
 
 use burn::backend::Flex;
-use spec_core::rng::SpecRng;
 use spec_core::sampling::SamplingConfig;
 use spec_core::tree::TokenTree;
-use spec_core::verify::{Proposal, Verdict};
-use spec_engine::{Draft, Drafter, NoDraft, Result, generate_speculative};
+use spec_core::verify::Proposal;
+use spec_engine::{
+    Draft, DraftRequest, Drafter, NoDraft, Result, StepOutcome, generate_speculative,
+};
 use spec_runtime::{
     Architecture, GenerateOptions, ModelConfig, RandomSource, Transformer, generate_plain,
 };
@@ -58,13 +59,8 @@ impl Drafter<B> for Scripted {
         self.prompt_len = prompt.len();
         Ok(())
     }
-    fn draft(
-        &mut self,
-        context: &[u32],
-        max_depth: usize,
-        _sampling: &SamplingConfig,
-        _rng: &mut SpecRng,
-    ) -> Result<Draft<B>> {
+    fn draft(&mut self, request: DraftRequest<'_, B>) -> Result<Draft<B>> {
+        let (context, max_depth) = (request.context, request.max_depth);
         let done = context.len() - self.prompt_len;
         let mut tree = TokenTree::new(*context.last().unwrap());
         let mut parent = 0;
@@ -92,7 +88,7 @@ impl Drafter<B> for Scripted {
             draft_forwards: 0,
         })
     }
-    fn accepted(&mut self, _context: &[u32], _tree: &TokenTree, _verdict: &Verdict) -> Result<()> {
+    fn accepted(&mut self, _context: &[u32], _outcome: &StepOutcome<B>) -> Result<()> {
         Ok(())
     }
 }
@@ -197,19 +193,13 @@ impl Drafter<B> for Forwarding {
     fn begin(&mut self, prompt: &[u32]) -> Result<()> {
         self.0.begin(prompt)
     }
-    fn draft(
-        &mut self,
-        context: &[u32],
-        max_depth: usize,
-        sampling: &SamplingConfig,
-        rng: &mut SpecRng,
-    ) -> Result<Draft<B>> {
-        let mut draft = self.0.draft(context, max_depth, sampling, rng)?;
+    fn draft(&mut self, request: DraftRequest<'_, B>) -> Result<Draft<B>> {
+        let mut draft = self.0.draft(request)?;
         draft.draft_forwards = draft.tree.drafted();
         Ok(draft)
     }
-    fn accepted(&mut self, context: &[u32], tree: &TokenTree, verdict: &Verdict) -> Result<()> {
-        self.0.accepted(context, tree, verdict)
+    fn accepted(&mut self, context: &[u32], outcome: &StepOutcome<B>) -> Result<()> {
+        self.0.accepted(context, outcome)
     }
 }
 

@@ -5,14 +5,12 @@ use std::time::Instant;
 use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Tensor, TensorData};
 use spec_core::error::Source;
-use spec_core::length::{
-    AcceptanceByConfidence, ChainOutlook, ChainTrials, WidthCosts, average_time,
-};
+use spec_core::length::{AcceptanceByConfidence, ChainOutlook, ChainTrials, LengthController};
 use spec_core::rng::SpecRng;
 use spec_core::sampling::{SamplingConfig, probabilities, sample_probabilities};
 use spec_core::tree::TokenTree;
-use spec_core::verify::{Proposal, Verdict};
-use spec_engine::{Draft, Drafter};
+use spec_core::verify::Proposal;
+use spec_engine::{Draft, DraftRequest, Drafter, StepOutcome};
 
 use crate::bigram::BigramModel;
 use crate::error::{NgramError, Result};
@@ -26,8 +24,6 @@ const CONFIDENCE_BUCKETS: usize = 10;
 /// Memory of the per-bucket acceptance (~50 trials): the rates describe the bigram against the
 /// target, which changes slowly with the text, so they carry over between requests.
 const ACCEPTANCE_DECAY: f64 = 0.98;
-/// Weight of a new measurement in the moving average of the drafting time per token.
-const DRAFT_TIME_WEIGHT: f64 = 0.2;
 
 /// Settings of [`BigramDrafter`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,15 +58,6 @@ impl BigramConfig {
     }
 }
 
-/// The step in flight, remembered to learn from its outcome.
-#[derive(Debug, Clone)]
-struct PendingStep {
-    /// The chain's trials by its rows' confidences (the bigram's top probability).
-    trials: ChainTrials,
-    /// When [`Drafter::draft`] returned: the step's time runs from here to `accepted`.
-    returned: Instant,
-}
-
 /// One row of a draft: the token drawn from it and the row's top probability.
 struct DraftRow<B: Backend> {
     token: u32,
@@ -97,12 +84,13 @@ pub struct BigramDrafter<B: Backend> {
     device: B::Device,
     row: Vec<f32>,
     acceptance: AcceptanceByConfidence,
-    costs: WidthCosts,
-    /// Moving average of the seconds spent drafting one token.
-    draft_seconds: Option<f64>,
+    /// The target's step costs by width and the drafting time per row.
+    lengths: LengthController,
     /// Costs given instead of measured: `(s, c)` for `cost(K) = 1 + s·K + c·K`.
     fixed_costs: Option<(f64, f64)>,
-    pending: Option<PendingStep>,
+    /// The chain in flight's trials by its rows' confidences (the bigram's top probability),
+    /// recorded at its outcome.
+    pending: Option<ChainTrials>,
 }
 
 impl<B: Backend> BigramDrafter<B> {
@@ -130,8 +118,7 @@ impl<B: Backend> BigramDrafter<B> {
             device: device.clone(),
             row: Vec::new(),
             acceptance: AcceptanceByConfidence::new(CONFIDENCE_BUCKETS, ACCEPTANCE_DECAY),
-            costs: WidthCosts::default(),
-            draft_seconds: None,
+            lengths: LengthController::default(),
             fixed_costs: None,
             pending: None,
         })
@@ -160,11 +147,14 @@ impl<B: Backend> BigramDrafter<B> {
         if let Some((slope, draft)) = self.fixed_costs {
             return 1.0 + (slope + draft) * k as f64;
         }
-        let per_draft = match (self.draft_seconds, self.costs.seconds(1)) {
+        let per_draft = match (
+            self.lengths.draft_row_seconds(),
+            self.lengths.widths().seconds(1),
+        ) {
             (Some(draft), Some(step)) if step > 0.0 => draft / step,
             _ => 0.0,
         };
-        self.costs.relative(k + 1) + k as f64 * per_draft
+        self.lengths.verification_cost(k + 1) + k as f64 * per_draft
     }
 
     /// The next draft row after `prev`: greedy takes the argmax as a point mass; sampling draws
@@ -224,7 +214,7 @@ impl<B: Backend> BigramDrafter<B> {
         // A plain step now and then keeps the one-token time, every cost's unit, fresh; its
         // first row still makes a free trial.
         let refresh =
-            self.adaptive && self.fixed_costs.is_none() && self.costs.wants_one_token_step();
+            self.adaptive && self.fixed_costs.is_none() && self.lengths.wants_one_token_step();
         for _ in 0..depth {
             let row = self.next_row(prev, sampling, rng)?;
             if refresh {
@@ -262,32 +252,24 @@ impl<B: Backend> Drafter<B> for BigramDrafter<B> {
         Ok(())
     }
 
-    fn draft(
-        &mut self,
-        context: &[u32],
-        max_depth: usize,
-        sampling: &SamplingConfig,
-        rng: &mut SpecRng,
-    ) -> spec_engine::Result<Draft<B>> {
-        let Some(&root) = context.last() else {
-            return Err(spec_engine::EngineError::Drafter(
-                "the bigram drafter was asked to draft after an empty context".into(),
-            ));
-        };
-        let depth = self.k.min(max_depth);
+    fn draft(&mut self, request: DraftRequest<'_, B>) -> spec_engine::Result<Draft<B>> {
+        let root = request.root()?;
+        let depth = self.k.min(request.max_depth);
         let started = Instant::now();
-        let Proposed { tokens, q, trials } =
-            self.propose(root, context.len(), depth, sampling, rng)?;
+        let Proposed { tokens, q, trials } = self.propose(
+            root,
+            request.context.len(),
+            depth,
+            request.sampling,
+            request.rng,
+        )?;
         // Rows computed: the drafts plus the one the chain stopped before.
         let rows = tokens.len() + usize::from(trials.stopped());
         if rows > 0 {
-            let per_row = started.elapsed().as_secs_f64() / rows as f64;
-            self.draft_seconds = average_time(self.draft_seconds, per_row, DRAFT_TIME_WEIGHT);
+            self.lengths
+                .record_draft_row(started.elapsed().as_secs_f64() / rows as f64);
         }
-        self.pending = Some(PendingStep {
-            trials,
-            returned: Instant::now(),
-        });
+        self.pending = Some(trials);
         Ok(Draft {
             tree: TokenTree::chain(root, &tokens),
             proposal: q.map_or(Proposal::Deterministic, Proposal::Sampled),
@@ -295,21 +277,11 @@ impl<B: Backend> Drafter<B> for BigramDrafter<B> {
         })
     }
 
-    fn accepted(
-        &mut self,
-        context: &[u32],
-        _tree: &TokenTree,
-        verdict: &Verdict,
-    ) -> spec_engine::Result<()> {
-        let Some(step) = self.pending.take() else {
-            return Ok(());
-        };
-        self.costs.record(
-            step.trials.proposed() + 1,
-            step.returned.elapsed().as_secs_f64(),
-        );
-        step.trials
-            .record(verdict.accepted.len(), context, &mut self.acceptance);
+    fn accepted(&mut self, context: &[u32], outcome: &StepOutcome<B>) -> spec_engine::Result<()> {
+        self.lengths.observe(outcome);
+        if let Some(trials) = self.pending.take() {
+            trials.record(outcome.accepted(), context, &mut self.acceptance);
+        }
         Ok(())
     }
 }

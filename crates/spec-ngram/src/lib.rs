@@ -36,7 +36,8 @@
 //! accepted and tested drafts with decay; a match that was not proposed still yields a trial,
 //! since a point mass on `x` is accepted with probability `p(x)`, which is the probability that
 //! the step outputs `x`: comparing `x` with the step's token is an exact, free test. The slope
-//! `s` is fitted to the request's own step times by width (`spec_core::length::WidthCosts`).
+//! `s` is fitted to the steps' times by width as the engine measures them
+//! (`spec_core::length::LengthController`, which every adaptive length shares).
 //! The choice depends only on earlier steps, so the output law is unchanged.
 //!
 //! ## Cross-request cache (`history=on` in `spec bench`, [`PromptLookupConfig::with_history`])

@@ -1,15 +1,12 @@
 //! Prompt lookup: an incremental n-gram index and the drafter built on it.
 
 use std::collections::HashMap;
-use std::time::Instant;
 
 use burn::tensor::backend::Backend;
-use spec_core::length::{AcceptanceRate, WidthCosts, best_length_by};
-use spec_core::rng::SpecRng;
-use spec_core::sampling::SamplingConfig;
+use spec_core::length::{AcceptanceRate, LengthController, best_length_by};
 use spec_core::tree::TokenTree;
-use spec_core::verify::{Proposal, Verdict};
-use spec_engine::{Draft, Drafter};
+use spec_core::verify::Proposal;
+use spec_engine::{Draft, DraftRequest, Drafter, StepOutcome};
 
 use crate::error::{NgramError, Result};
 
@@ -251,8 +248,6 @@ struct PendingStep {
     shadow: Option<u32>,
     /// The context length when drafting (the step's first output lands at this index).
     context_len: usize,
-    /// When [`Drafter::draft`] returned: the step's time runs from here to `accepted`.
-    returned: Instant,
 }
 
 /// The prompt lookup drafter (see the crate docs for the rule).
@@ -268,7 +263,8 @@ pub struct PromptLookup {
     history_tokens: usize,
     /// α of drafts from matches in `history`, by `n` as `acceptance`.
     history_acceptance: Vec<AcceptanceRate>,
-    costs: WidthCosts,
+    /// The target's step costs by width, from the engine's outcomes.
+    lengths: LengthController,
     pending: Option<PendingStep>,
 }
 
@@ -289,7 +285,7 @@ impl PromptLookup {
             history,
             history_tokens: config.history_tokens,
             history_acceptance: vec![AcceptanceRate::with_decay(ACCEPTANCE_DECAY); sizes],
-            costs: WidthCosts::default(),
+            lengths: LengthController::default(),
             pending: None,
         })
     }
@@ -333,9 +329,9 @@ impl PromptLookup {
         self.acceptance.get(i).map(AcceptanceRate::alpha)
     }
 
-    /// The measured step costs by width.
-    pub fn width_costs(&self) -> &WidthCosts {
-        &self.costs
+    /// The measured step costs.
+    pub fn lengths(&self) -> &LengthController {
+        &self.lengths
     }
 
     /// How many of `available` continuation tokens of a size-`n` match to propose: all of them
@@ -345,7 +341,7 @@ impl PromptLookup {
         if !self.adaptive {
             return available;
         }
-        if self.costs.wants_one_token_step() {
+        if self.lengths.wants_one_token_step() {
             // Keeps the one-token time, every cost's unit, fresh; the match still makes a
             // free trial.
             return 0;
@@ -354,7 +350,9 @@ impl PromptLookup {
             .rates(origin)
             .get(n.saturating_sub(self.index.n_min))
             .map_or(0.5, AcceptanceRate::alpha);
-        best_length_by(alpha, 0, available, |k| self.costs.relative(k + 1))
+        best_length_by(alpha, 0, available, |k| {
+            self.lengths.verification_cost(k + 1)
+        })
     }
 
     /// The index over the current request's tokens.
@@ -456,18 +454,9 @@ impl<B: Backend> Drafter<B> for PromptLookup {
         self.index.clear();
     }
 
-    fn draft(
-        &mut self,
-        context: &[u32],
-        max_depth: usize,
-        _sampling: &SamplingConfig,
-        _rng: &mut SpecRng,
-    ) -> spec_engine::Result<Draft<B>> {
-        let Some(&root) = context.last() else {
-            return Err(spec_engine::EngineError::Drafter(
-                "prompt lookup was asked to draft after an empty context".into(),
-            ));
-        };
+    fn draft(&mut self, request: DraftRequest<'_, B>) -> spec_engine::Result<Draft<B>> {
+        let root = request.root()?;
+        let (context, max_depth) = (request.context, request.max_depth);
         let (m, k) = self.plan(context, max_depth);
         let (tree, shadow) = match m {
             Some((origin, m)) => {
@@ -489,7 +478,6 @@ impl<B: Backend> Drafter<B> for PromptLookup {
             drafted: tree.drafted(),
             shadow,
             context_len: context.len(),
-            returned: Instant::now(),
         });
         Ok(Draft {
             tree,
@@ -498,15 +486,10 @@ impl<B: Backend> Drafter<B> for PromptLookup {
         })
     }
 
-    fn accepted(
-        &mut self,
-        context: &[u32],
-        _tree: &TokenTree,
-        verdict: &Verdict,
-    ) -> spec_engine::Result<()> {
+    fn accepted(&mut self, context: &[u32], outcome: &StepOutcome<B>) -> spec_engine::Result<()> {
+        self.lengths.observe(outcome);
+        let verdict = &outcome.verdict;
         if let Some(step) = self.pending.take() {
-            self.costs
-                .record(step.drafted + 1, step.returned.elapsed().as_secs_f64());
             let n_min = self.index.n_min;
             let rate = step.found.and_then(|(origin, n)| match origin {
                 Origin::Context => self.acceptance.get_mut(n - n_min),
@@ -534,6 +517,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+    use crate::scripted::scripted_step;
 
     /// The rule by brute force: for n from n_max down, the latest e < len with a matching
     /// n-gram ending at e.
@@ -639,17 +623,6 @@ mod tests {
         assert_eq!(lookup.propose(&context, 10), &[3, 4, 5]);
         assert_eq!(lookup.propose(&context, 1), &[3]);
         assert!(lookup.propose(&context, 0).is_empty());
-    }
-
-    /// [`crate::scripted::scripted_step`] with the prior cost slope: this unit test's step
-    /// times are microseconds of noise.
-    fn scripted_step(
-        lookup: &mut PromptLookup,
-        context: &mut Vec<u32>,
-        truth: &dyn Fn(&[u32]) -> u32,
-    ) -> (usize, usize) {
-        lookup.costs = WidthCosts::default();
-        crate::scripted::scripted_step(lookup, context, truth)
     }
 
     #[test]

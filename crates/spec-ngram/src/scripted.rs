@@ -4,7 +4,7 @@ use burn::backend::Flex;
 use spec_core::rng::SpecRng;
 use spec_core::sampling::SamplingConfig;
 use spec_core::verify::Verdict;
-use spec_engine::Drafter;
+use spec_engine::{DraftRequest, Drafter, StepOutcome};
 
 /// One greedy engine step against a target whose next token after a prefix is `truth`: drafts
 /// are accepted while they equal it (greedy verification of point masses), then the target's
@@ -15,9 +15,10 @@ pub(crate) fn scripted_step(
     truth: &dyn Fn(&[u32]) -> u32,
 ) -> (usize, usize) {
     let mut rng = SpecRng::new(0);
+    let sampling = SamplingConfig::greedy();
     #[allow(clippy::unwrap_used)]
     let tree = drafter
-        .draft(context, 16, &SamplingConfig::greedy(), &mut rng)
+        .draft(DraftRequest::new(context, 16, &sampling, &mut rng))
         .unwrap()
         .tree;
     let mut accepted = Vec::new();
@@ -33,7 +34,11 @@ pub(crate) fn scripted_step(
         accepted,
     };
     context.push(verdict.next_token);
+    let counts = (tree.drafted(), verdict.accepted.len());
+    // No step time: the drafters' costs stay unmeasured (their priors, or fixed costs).
     #[allow(clippy::unwrap_used)]
-    drafter.accepted(context, &tree, &verdict).unwrap();
-    (tree.drafted(), verdict.accepted.len())
+    drafter
+        .accepted(context, &StepOutcome::new(tree, verdict, 0.0))
+        .unwrap();
+    counts
 }

@@ -14,11 +14,8 @@ use spec_core::error::Source;
 use spec_core::reference;
 use spec_core::rng::SpecRng;
 use spec_core::sampling::SamplingConfig;
-use spec_core::tree::TokenTree;
-use spec_core::verify::Verdict;
 use spec_core::verify::Verifier;
-use spec_engine::Draft;
-use spec_engine::{Drafter, generate_speculative};
+use spec_engine::{Draft, DraftRequest, Drafter, StepOutcome, generate_speculative};
 use spec_ngram::{
     BigramConfig, BigramCounts, BigramDrafter, BigramModel, NgramError, PromptLookup,
     PromptLookupConfig,
@@ -213,7 +210,12 @@ fn run_once(
     while produced.len() < length {
         let remaining = length - produced.len();
         let draft = drafter
-            .draft(&context, remaining - 1, &sampling, &mut rng)
+            .draft(DraftRequest::new(
+                &context,
+                remaining - 1,
+                &sampling,
+                &mut rng,
+            ))
             .unwrap();
         let tree = &draft.tree;
         // The drafters make chains: node i's prefix is the context and the first i drafts.
@@ -234,7 +236,9 @@ fn run_once(
         new.truncate(remaining);
         produced.extend(&new);
         context.extend(&new);
-        drafter.accepted(&context, tree, &verdict).unwrap();
+        drafter
+            .accepted(&context, &StepOutcome::new(draft.tree, verdict, 0.0))
+            .unwrap();
     }
     produced
 }
@@ -396,14 +400,8 @@ impl<D: Drafter<B>> Drafter<B> for LengthCount<D> {
         self.inner.begin(prompt)
     }
 
-    fn draft(
-        &mut self,
-        context: &[u32],
-        max_depth: usize,
-        sampling: &SamplingConfig,
-        rng: &mut SpecRng,
-    ) -> spec_engine::Result<Draft<B>> {
-        let draft = self.inner.draft(context, max_depth, sampling, rng)?;
+    fn draft(&mut self, request: DraftRequest<'_, B>) -> spec_engine::Result<Draft<B>> {
+        let draft = self.inner.draft(request)?;
         let k = draft.tree.drafted();
         if self.by_length.len() <= k {
             self.by_length.resize(k + 1, 0);
@@ -412,13 +410,8 @@ impl<D: Drafter<B>> Drafter<B> for LengthCount<D> {
         Ok(draft)
     }
 
-    fn accepted(
-        &mut self,
-        context: &[u32],
-        tree: &TokenTree,
-        verdict: &Verdict,
-    ) -> spec_engine::Result<()> {
-        self.inner.accepted(context, tree, verdict)
+    fn accepted(&mut self, context: &[u32], outcome: &StepOutcome<B>) -> spec_engine::Result<()> {
+        self.inner.accepted(context, outcome)
     }
 }
 

@@ -5,13 +5,10 @@ use std::time::Instant;
 use burn::tensor::{Tensor, backend::Backend};
 use spec_core::error::Source;
 use spec_core::length::{ChainOutlook, ChainTrials};
-use spec_core::rng::SpecRng;
-use spec_core::sampling::{
-    SamplingConfig, probabilities, sample_logits, sample_probabilities, top_probabilities,
-};
+use spec_core::sampling::{probabilities, sample_logits, sample_probabilities, top_probabilities};
 use spec_core::tree::TokenTree;
-use spec_core::verify::{Proposal, Verdict};
-use spec_engine::{Draft, Drafter, EngineError};
+use spec_core::verify::Proposal;
+use spec_engine::{Draft, DraftRequest, Drafter, EngineError, StepOutcome};
 use spec_runtime::{ForwardRequest, KvCache, LogitRows, RuntimeError, Transformer};
 use spec_tokenizer::TextTokenizer;
 
@@ -61,8 +58,6 @@ pub struct DraftModelDrafter<B: Backend> {
     fed: Vec<u32>,
     forwards: u64,
     auto: AutoLength,
-    /// When `draft` last returned with drafts, to time the target step.
-    draft_returned: Option<Instant>,
     last_length: usize,
     chains_stopped: u64,
     /// The trials of `auto`'s chain in flight, by its rows' confidences (the draft model's top
@@ -135,7 +130,6 @@ impl<B: Backend> DraftModelDrafter<B> {
             fed: Vec::new(),
             forwards: 0,
             auto: AutoLength::default(),
-            draft_returned: None,
             last_length: 0,
             chains_stopped: 0,
             chain: None,
@@ -374,7 +368,6 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
     fn begin(&mut self, prompt: &[u32]) -> Result<(), EngineError> {
         self.fed.clear();
         self.cache.truncate(0);
-        self.draft_returned = None;
         let wanted = (prompt.len() + GROWTH_MARGIN).min(self.model.max_positions());
         if !self.fixed_capacity && wanted > self.cache.capacity() {
             self.cache = self.model.new_cache(wanted);
@@ -394,17 +387,17 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
         Ok(())
     }
 
-    fn draft(
-        &mut self,
-        context: &[u32],
-        max_depth: usize,
-        sampling: &SamplingConfig,
-        rng: &mut SpecRng,
-    ) -> Result<Draft<B>, EngineError> {
+    fn draft(&mut self, request: DraftRequest<'_, B>) -> Result<Draft<B>, EngineError> {
+        let DraftRequest {
+            context,
+            max_depth,
+            sampling,
+            rng,
+            ..
+        } = request;
         let Some((&root, before)) = context.split_last() else {
             return Err(EngineError::Drafter("the context is empty".into()));
         };
-        self.draft_returned = None;
         self.chain = None;
         self.roll_back_to(before);
         let pending_len = context.len() - self.fed.len();
@@ -430,8 +423,6 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
             {
                 self.time_draft(root)?;
             }
-            // A plain step is timed too: `auto` asks for one now and then to measure it.
-            self.draft_returned = Some(Instant::now());
             return Ok(Draft::none(root));
         }
 
@@ -516,7 +507,6 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
             self.chain = Some(trials);
         }
         let draft_forwards = (self.forwards - forwards_before) as usize;
-        self.draft_returned = Some(Instant::now());
         if drafted.is_empty() {
             // The first draft would not pay: a plain step (its row still makes a free trial).
             return Ok(Draft {
@@ -536,21 +526,10 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
         })
     }
 
-    fn accepted(
-        &mut self,
-        context: &[u32],
-        tree: &TokenTree,
-        verdict: &Verdict,
-    ) -> Result<(), EngineError> {
-        if let Some(t) = self.draft_returned.take() {
-            self.auto
-                .record_target(tree.drafted() + 1, t.elapsed().as_secs_f64());
-        }
-        self.auto
-            .record_step(tree.drafted(), verdict.accepted.len());
+    fn accepted(&mut self, context: &[u32], outcome: &StepOutcome<B>) -> Result<(), EngineError> {
+        self.auto.observe(outcome);
         if let Some(trials) = self.chain.take() {
-            self.auto
-                .record_chain(&trials, verdict.accepted.len(), context);
+            self.auto.record_chain(&trials, outcome.accepted(), context);
         }
         self.roll_back_to(context);
         // A catch-up before a step that will draft is fed here, outside `draft`, whose time

@@ -1,10 +1,11 @@
 //! How many tokens to draft per step.
 
 use spec_core::length::{
-    AcceptanceByConfidence, AcceptanceRate, ChainOutlook, ChainTrials, WidthCosts, average_time,
+    AcceptanceByConfidence, ChainOutlook, ChainTrials, LengthController, WidthCosts, average_time,
     best_length_by, best_length_for,
 };
 pub use spec_core::length::{best_length, expected_tokens, mean_expected_tokens, speedup_bound};
+use spec_core::step::StepOutcome;
 
 use crate::error::{Result, SamplingError};
 
@@ -108,11 +109,11 @@ impl DraftLength {
 ///   steps);
 /// * the draft's time per drafted token (its forwards, the sampling and the catch-up on the
 ///   previous step's tokens), an exponential moving average;
-/// * the target's step time by width `w = K + 1`, `spec_core`'s [`WidthCosts`]: measured from
-///   [`Drafter::draft`](spec_engine::Drafter::draft) returning to
-///   [`Drafter::accepted`](spec_engine::Drafter::accepted) being called (the target's forward over
-///   the chain, the verification, the cache rollback and the loop's bookkeeping, streaming output
-///   included), as `r(w) = 1 + s·(w − 1)` times a one-token step.
+/// * the target's step time by width `w = K + 1`, `spec_core`'s [`WidthCosts`]: the engine's
+///   time of each step (the target's forward over the chain, the verification and the cache
+///   rollback, [`StepOutcome::seconds`]), as `r(w) = 1 + s·(w − 1)` times a one-token step.
+///
+/// These three live in `spec_core`'s [`LengthController`], which every adaptive length shares.
 ///
 /// `c` is the draft token's time over a one-token target step, and a step with `K` drafts costs
 /// `K·c + r(K + 1)` one-token steps. Leviathan et al. (2023, Theorem 3.8) take the verification
@@ -167,20 +168,18 @@ impl DraftLength {
 /// without drafts would not do).
 #[derive(Debug, Clone)]
 pub struct AutoLength {
-    acceptance: AcceptanceRate,
+    /// `α`, the draft's time per row, the target's step times by width and the plain run,
+    /// from the engine's step outcomes and the drafter's timings.
+    lengths: LengthController,
     /// The acceptance of drafts by their row's confidence (the draft model's top probability),
     /// for the rule that ends a chain before a draft unlikely to pay
     /// ([`AutoLength::worth_extending`]).
     by_confidence: AcceptanceByConfidence,
-    draft_token_seconds: Option<f64>,
     /// A guess of `c` for the steps before the draft is timed ([`AutoLength::with_cost_prior`]).
     cost_prior: Option<f64>,
     /// The draft's time per token of a catch-up on context it skipped (see
     /// [`AutoLength::record_catch_up`]), a moving average.
     catch_up_token_seconds: Option<f64>,
-    target: WidthCosts,
-    /// One-token target steps since the last wider one.
-    plain_run: usize,
     /// Timings of a hopeless draft in a row since it last drafted (see
     /// [`AutoLength::wants_draft_timing`]).
     hopeless_timings: u32,
@@ -191,16 +190,13 @@ pub struct AutoLength {
 impl Default for AutoLength {
     fn default() -> Self {
         Self {
-            acceptance: AcceptanceRate::default(),
+            lengths: LengthController::default(),
             by_confidence: AcceptanceByConfidence::new(
                 Self::CONFIDENCE_BUCKETS,
                 Self::CONFIDENCE_DECAY,
             ),
-            draft_token_seconds: None,
             cost_prior: None,
             catch_up_token_seconds: None,
-            target: WidthCosts::default(),
-            plain_run: 0,
             hopeless_timings: 0,
             fixed_costs: None,
         }
@@ -213,16 +209,22 @@ impl AutoLength {
     /// Decay of each bucket's counts (a memory of about 20 of its trials): the draft's
     /// calibration against the target drifts with the text less than the mean rate does.
     pub const CONFIDENCE_DECAY: f64 = 0.95;
-    /// The weight of a new time measurement in the draft's moving average.
-    const TIME_WEIGHT: f64 = 0.2;
+    /// The weight of a new time measurement in the catch-up's moving average.
+    const TIME_WEIGHT: f64 = LengthController::DRAFT_TIME_WEIGHT;
     /// The share of a plain run's time that probes are expected to take (see [`AutoLength`]).
     pub const PROBE_SHARE: f64 = 0.05;
     /// The fewest and the most plain steps in a row before a probe.
     pub const PROBE_WAIT: (usize, usize) = (8, 64);
 
-    /// Records a verified step: `accepted` of `drafted` drafts in a chain.
+    /// Learns from a step's outcome, as the engine reports it: its time by width and its
+    /// chain's acceptance ([`LengthController::observe`]).
+    pub fn observe<B: burn::tensor::backend::Backend>(&mut self, outcome: &StepOutcome<B>) {
+        self.lengths.observe(outcome);
+    }
+
+    /// Records a verified step's acceptance: `accepted` of `drafted` drafts in a chain.
     pub fn record_step(&mut self, drafted: usize, accepted: usize) {
-        self.acceptance.record_chain(drafted, accepted);
+        self.lengths.record_chain(drafted, accepted);
     }
 
     /// Records by their rows' confidences what a step's verdict (`accepted` drafts, `context`
@@ -266,16 +268,8 @@ impl AutoLength {
 
     /// Records the draft's time per drafted token in one step.
     pub fn record_draft(&mut self, seconds_per_token: f64) {
-        self.average_draft_time(seconds_per_token);
+        self.lengths.record_draft_row(seconds_per_token);
         self.hopeless_timings = 0;
-    }
-
-    fn average_draft_time(&mut self, seconds_per_token: f64) {
-        self.draft_token_seconds = average_time(
-            self.draft_token_seconds,
-            seconds_per_token,
-            Self::TIME_WEIGHT,
-        );
     }
 
     /// `c` as guessed before the draft is timed (see [`AutoLength`]); a guess that is not a
@@ -326,15 +320,15 @@ impl AutoLength {
         // Capped so that the shift cannot overflow in a long run.
         let doublings = self.hopeless_timings.min(usize::BITS / 2);
         let wait = (fewest << doublings).min(most);
-        self.hopeless_draft(k_max) && self.plain_run >= wait
+        self.hopeless_draft(k_max) && self.lengths.plain_run() >= wait
     }
 
     /// Records a draft forward timed for [`AutoLength::wants_draft_timing`]; the plain run
     /// starts again.
     pub fn record_draft_timing(&mut self, seconds: f64) {
-        self.average_draft_time(seconds);
+        self.lengths.record_draft_row(seconds);
         self.hopeless_timings = self.hopeless_timings.saturating_add(1);
-        self.plain_run = 0;
+        self.lengths.restart_plain_run();
     }
 
     /// Records a catch-up of the draft on `tokens` tokens of context it skipped during plain
@@ -352,19 +346,18 @@ impl AutoLength {
 
     /// Records the time of one target step that scored `width` tokens (drafts + 1).
     pub fn record_target(&mut self, width: usize, seconds: f64) {
-        self.target.record(width, seconds);
-        self.plain_run = if width == 1 { self.plain_run + 1 } else { 0 };
+        self.lengths.record_step_time(width, seconds);
     }
 
     /// The smoothed acceptance rate.
     pub fn alpha(&self) -> f64 {
-        self.acceptance.alpha()
+        self.lengths.alpha()
     }
 
     /// The tokens a step with `k` drafts is expected to yield, averaged over what the run's
     /// counts leave uncertain about `α` ([`AcceptanceRate::expected_tokens`]).
     pub fn expected_tokens(&self, k: usize) -> f64 {
-        self.acceptance.expected_tokens(k)
+        self.lengths.expected_tokens(k)
     }
 
     /// `c`: the draft's time per token over a one-token target step, once both are known.
@@ -372,32 +365,29 @@ impl AutoLength {
         if let Some((c, _)) = self.fixed_costs {
             return Some(c);
         }
-        match (self.draft_token_seconds, self.target.one_token_seconds()) {
-            (Some(d), Some(t)) if t > 0.0 => Some(d / t),
-            _ => None,
-        }
+        self.lengths.draft_cost()
     }
 
     /// The smoothed draft time per drafted token.
     pub fn draft_token_seconds(&self) -> Option<f64> {
-        self.draft_token_seconds
+        self.lengths.draft_row_seconds()
     }
 
     /// A one-token target step's time (see [`WidthCosts::one_token_seconds`]).
     pub fn target_step_seconds(&self) -> Option<f64> {
-        self.target.one_token_seconds()
+        self.lengths.one_token_seconds()
     }
 
     /// The target's step times by width.
     pub fn width_costs(&self) -> &WidthCosts {
-        &self.target
+        self.lengths.widths()
     }
 
     /// A step's cost in one-token target steps: `K` drafts at `c` and a verification of `K + 1`.
     fn cost(&self, c: f64, k: usize) -> f64 {
         let verification = match self.fixed_costs {
             Some((_, s)) => 1.0 + s * k as f64,
-            None => self.target.relative(k + 1),
+            None => self.lengths.verification_cost(k + 1),
         };
         k as f64 * c + verification
     }
@@ -408,7 +398,7 @@ impl AutoLength {
     /// the best `K ≥ 1` when a probe is due (see [`AutoLength`]); before `c` is measured,
     /// `min(DEFAULT_K, k_max)`; 0 for a hopeless draft ([`AutoLength::hopeless_draft`]).
     pub fn choose(&self, k_max: usize, catch_up: usize) -> usize {
-        if self.fixed_costs.is_none() && self.target.wants_one_token_step() {
+        if self.fixed_costs.is_none() && self.lengths.wants_one_token_step() {
             return 0;
         }
         let Some(c) = self.working_cost() else {
@@ -417,7 +407,7 @@ impl AutoLength {
         if self.hopeless_at(c, k_max) {
             return 0;
         }
-        let expected = |k: usize| self.acceptance.expected_tokens(k);
+        let expected = |k: usize| self.lengths.expected_tokens(k);
         let cost = |k: usize| self.cost(c, k);
         let best = match self.cost_ratio() {
             Some(_) => best_length_for(expected, 0, k_max, cost),
@@ -428,7 +418,10 @@ impl AutoLength {
         }
         let probe = best_length_for(expected, 1, k_max.max(1), cost);
         // Steps the catch-up costs: measured per token, or at most a draft step's each.
-        let catch_up_steps = match (self.catch_up_token_seconds, self.target.one_token_seconds()) {
+        let catch_up_steps = match (
+            self.catch_up_token_seconds,
+            self.lengths.one_token_seconds(),
+        ) {
             (Some(s), Some(t)) if t > 0.0 => s / t,
             _ => c,
         } * catch_up as f64;
@@ -437,7 +430,7 @@ impl AutoLength {
         let wait = (loss / Self::PROBE_SHARE)
             .ceil()
             .clamp(fewest as f64, most as f64);
-        if self.plain_run as f64 >= wait {
+        if self.lengths.plain_run() as f64 >= wait {
             probe
         } else {
             0

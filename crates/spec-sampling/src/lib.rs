@@ -45,7 +45,8 @@
 //!   threshold; [`DraftLength::Auto`], which picks `K ∈ 0..=K_max` (default `K_max` 8) each step to
 //!   maximize the expected tokens per unit of time `E[τ] / (K·c + r(K + 1))`, with
 //!   `E[τ] = (1 − α^{K+1}) / (1 − α)` (Leviathan et al., section 3.4) and `α`, `c` and the
-//!   verification's cost `r(w)` relative to a one-token step estimated from the run (see
+//!   verification's cost `r(w)` relative to a one-token step estimated from the run: the
+//!   engine's step times and verdicts, kept in `spec_core::length::LengthController` (see
 //!   [`AutoLength`]). Once `c` is measured or guessed, a step that drafts ends its chain by the
 //!   same measure taken per draft, with `E[τ] = 1 + α_1 + α_1·α_2 + …` (Leviathan et al., eq. 1,
 //!   a rate per position; `spec_core::length::ChainOutlook`): after the first draft a row is

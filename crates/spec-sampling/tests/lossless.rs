@@ -10,7 +10,7 @@ use common::{B, config, model, scaled_model};
 use spec_core::sampling::SamplingConfig;
 use spec_core::tree::TokenTree;
 use spec_core::verify::Verdict;
-use spec_engine::{Drafter, SpecGeneration, generate_speculative};
+use spec_engine::{DraftRequest, Drafter, SpecGeneration, StepOutcome, generate_speculative};
 use spec_runtime::{GenerateOptions, generate_plain};
 use spec_sampling::{DraftLength, DraftModelDrafter};
 
@@ -249,11 +249,14 @@ fn a_catch_up_is_fed_before_the_drafting_step() {
         accepted: Vec::new(),
         next_token: 7,
     };
-    drafter.accepted(&context, &plain, &verdict).unwrap();
+    drafter
+        .accepted(&context, &StepOutcome::new(plain, verdict, 0.0))
+        .unwrap();
     assert_eq!(drafter.draft_forwards(), 2);
-    let mut rng = SamplingConfig::greedy().rng();
+    let greedy = SamplingConfig::greedy();
+    let mut rng = greedy.rng();
     let draft = drafter
-        .draft(&context, 4, &SamplingConfig::greedy(), &mut rng)
+        .draft(DraftRequest::new(&context, 4, &greedy, &mut rng))
         .unwrap();
     assert_eq!((draft.tree.drafted(), draft.draft_forwards), (2, 2));
 }
