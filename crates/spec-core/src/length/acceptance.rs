@@ -328,6 +328,7 @@ impl ChainOutlook {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::length::expected_tokens;
 
     #[test]
     fn alpha_counts_only_tested_drafts() {
