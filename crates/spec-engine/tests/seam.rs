@@ -112,6 +112,7 @@ fn an_early_exit_drafter_on_the_targets_own_cache_is_lossless() {
         // It drafted, with the target's first layer, on the target's cache, and the engine
         // took those entries back before each verification.
         assert!(spec.metrics.drafted > 0, "k {k}");
+        assert!(spec.metrics.accepted > 0, "k {k}");
         assert_eq!(drafter.drafted as u64, spec.metrics.drafted);
         assert_eq!(drafter.appended, k, "k {k}");
         println!(
