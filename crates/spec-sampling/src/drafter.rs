@@ -9,17 +9,13 @@ use spec_core::sampling::{probabilities, sample_logits, sample_probabilities, to
 use spec_core::tree::TokenTree;
 use spec_core::verify::Proposal;
 use spec_engine::{Draft, DraftRequest, Drafter, EngineError, StepOutcome};
-use spec_runtime::{ForwardRequest, KvCache, LogitRows, RuntimeError, Transformer};
+use spec_runtime::{RuntimeError, Transformer};
 use spec_tokenizer::TextTokenizer;
 
 use crate::error::{Result, SamplingError};
 use crate::length::{AutoLength, DraftLength};
+use crate::runner::DraftRunner;
 use crate::vocab::check_vocabularies;
-
-/// Positions of a new drafter's cache (or the draft's context, if smaller).
-pub const INITIAL_CACHE_POSITIONS: usize = 4096;
-/// Positions `begin` leaves for generation beyond the prompt when it enlarges the cache.
-const GROWTH_MARGIN: usize = 2048;
 
 /// What the drafter has measured so far (see [`AutoLength`] for what the times cover).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -50,21 +46,14 @@ pub struct Estimates {
 /// will draft.
 #[derive(Debug)]
 pub struct DraftModelDrafter<B: Backend> {
-    model: Transformer<B>,
-    cache: KvCache<B>,
-    target_vocab: usize,
+    runner: DraftRunner<B>,
     length: DraftLength,
-    /// The tokens whose keys and values are in `cache`, in order.
-    fed: Vec<u32>,
-    forwards: u64,
     auto: AutoLength,
     last_length: usize,
     chains_stopped: u64,
     /// The trials of `auto`'s chain in flight, by its rows' confidences (the draft model's top
     /// probability), recorded at the verdict.
     chain: Option<ChainTrials>,
-    /// Set by [`DraftModelDrafter::with_cache_capacity`]: `begin` keeps the cache as it is.
-    fixed_capacity: bool,
 }
 
 impl<B: Backend> DraftModelDrafter<B> {
@@ -119,21 +108,13 @@ impl<B: Backend> DraftModelDrafter<B> {
 
     fn build(model: Transformer<B>, target_vocab: usize, length: DraftLength) -> Result<Self> {
         length.validate()?;
-        // A cache is allocated whole, so start with a modest one; `begin` enlarges it for longer
-        // prompts (up to the draft's context).
-        let cache = model.new_cache(model.max_positions().min(INITIAL_CACHE_POSITIONS));
         Ok(Self {
-            model,
-            cache,
-            target_vocab,
+            runner: DraftRunner::new(model, target_vocab),
             length,
-            fed: Vec::new(),
-            forwards: 0,
             auto: AutoLength::default(),
             last_length: 0,
             chains_stopped: 0,
             chain: None,
-            fixed_capacity: false,
         })
     }
 
@@ -153,12 +134,10 @@ impl<B: Backend> DraftModelDrafter<B> {
     }
 
     /// Gives the draft a cache of exactly `capacity` positions (by default it starts at
-    /// [`INITIAL_CACHE_POSITIONS`] and grows with the prompt). Past it, steps go on without
+    /// [`INITIAL_CACHE_POSITIONS`](crate::INITIAL_CACHE_POSITIONS) and grows with the prompt). Past it, steps go on without
     /// drafts.
     pub fn with_cache_capacity(mut self, capacity: usize) -> Self {
-        self.cache = self.model.new_cache(capacity);
-        self.fed.clear();
-        self.fixed_capacity = true;
+        self.runner = self.runner.with_cache_capacity(capacity);
         self
     }
 
@@ -169,7 +148,7 @@ impl<B: Backend> DraftModelDrafter<B> {
 
     /// Forward passes of the draft model so far (prompt prefills included).
     pub fn draft_forwards(&self) -> u64 {
-        self.forwards
+        self.runner.forwards()
     }
 
     /// The running estimates of `α` and `c`.
@@ -185,60 +164,20 @@ impl<B: Backend> DraftModelDrafter<B> {
         }
     }
 
-    /// Feeds `tokens` to the draft; logits of the last one when `logits`. On error the cache is
-    /// rolled back to what `fed` says.
-    fn feed(&mut self, tokens: &[u32], logits: bool) -> Result<Option<Tensor<B, 2>>, EngineError> {
-        let rows = if logits {
-            LogitRows::Last
-        } else {
-            LogitRows::None
-        };
-        self.forwards += 1;
-        // A token the draft model cannot embed (an id past a narrower draft's vocabulary, which
-        // only a padded target can produce) goes in as id 0: the draft's context is then slightly
-        // off, which costs acceptance but not exactness, since the verifier gets the q sampled
-        // from. `fed` keeps the real ids so the rollback still compares the true context.
-        let vocab = self.model.vocab_size;
-        let mapped: Vec<u32>;
-        let input = if tokens.iter().any(|&t| t as usize >= vocab) {
-            mapped = tokens
-                .iter()
-                .map(|&t| if (t as usize) < vocab { t } else { 0 })
-                .collect();
-            &mapped[..]
-        } else {
-            tokens
-        };
-        match self
-            .model
-            .forward(ForwardRequest::tokens(input).logits(rows), &mut self.cache)
-        {
-            Ok(out) => {
-                self.fed.extend_from_slice(tokens);
-                Ok(out.logits)
-            }
-            Err(e) => {
-                self.cache.truncate(self.fed.len());
-                Err(e.into())
-            }
-        }
-    }
-
     /// Times one draft forward of `root` for `auto` ([`AutoLength::wants_draft_timing`]) and
     /// forgets it: the cache stays as it was.
     fn time_draft(&mut self, root: u32) -> Result<(), EngineError> {
-        let kept = self.fed.len();
-        if kept >= self.cache.capacity() {
+        let kept = self.runner.fed().len();
+        if self.runner.room() == 0 {
             return Ok(());
         }
         let start = Instant::now();
-        if let Some(logits) = self.feed(&[root], true)? {
+        if let Some(logits) = self.runner.feed(&[root], true)? {
             // Read back, as sampling a draft would: the time is then the forward's on any backend.
             logits.into_data();
         }
         self.auto.record_draft_timing(start.elapsed().as_secs_f64());
-        self.fed.truncate(kept);
-        self.cache.truncate(kept);
+        self.runner.truncate(kept);
         Ok(())
     }
 
@@ -249,42 +188,11 @@ impl<B: Backend> DraftModelDrafter<B> {
             return Ok(());
         }
         let start = Instant::now();
-        self.feed(&before[self.fed.len()..], false)?;
+        let missing = before[self.runner.fed().len()..].to_vec();
+        self.runner.feed(&missing, false)?;
         self.auto
             .record_catch_up(tokens, start.elapsed().as_secs_f64());
         Ok(())
-    }
-
-    /// Forgets every fed token from the first one `context` disagrees with.
-    fn roll_back_to(&mut self, context: &[u32]) {
-        let keep = self
-            .fed
-            .iter()
-            .zip(context)
-            .take_while(|(a, b)| a == b)
-            .count();
-        self.fed.truncate(keep);
-        self.cache.truncate(keep);
-    }
-
-    /// Logits `[1, draft vocab]` to the target's width: extra draft ids (padding, by the
-    /// construction check) are dropped here; missing ones are added to `q` as zeros later.
-    fn fit_logits(&self, logits: Tensor<B, 2>) -> Tensor<B, 2> {
-        let vocab = logits.dims()[1];
-        if vocab > self.target_vocab {
-            logits.narrow(1, 0, self.target_vocab)
-        } else {
-            logits
-        }
-    }
-
-    fn pad_q(&self, q: Tensor<B, 2>) -> Tensor<B, 2> {
-        let [rows, vocab] = q.dims();
-        if vocab >= self.target_vocab {
-            return q;
-        }
-        let zeros = Tensor::zeros([rows, self.target_vocab - vocab], &q.device());
-        Tensor::cat(vec![q, zeros], 1)
     }
 
     /// The draft length for a step whose draft would first catch up on `catch_up` tokens.
@@ -366,12 +274,7 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
     }
 
     fn begin(&mut self, prompt: &[u32]) -> Result<(), EngineError> {
-        self.fed.clear();
-        self.cache.truncate(0);
-        let wanted = (prompt.len() + GROWTH_MARGIN).min(self.model.max_positions());
-        if !self.fixed_capacity && wanted > self.cache.capacity() {
-            self.cache = self.model.new_cache(wanted);
-        }
+        self.runner.begin(prompt.len());
         let split = prompt.len().saturating_sub(1);
         // Where `auto`'s first step will be plain, the prompt waits: a later step that drafts
         // catches up on it.
@@ -381,8 +284,8 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
             return Ok(());
         }
         // A prompt too long for the draft's cache is not an error: the steps go without drafts.
-        if split > 0 && split < self.cache.capacity() {
-            self.feed(&prompt[..split], false)?;
+        if split > 0 && split < self.runner.capacity() {
+            self.runner.feed(&prompt[..split], false)?;
         }
         Ok(())
     }
@@ -399,10 +302,10 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
             return Err(EngineError::Drafter("the context is empty".into()));
         };
         self.chain = None;
-        self.roll_back_to(before);
-        let pending_len = context.len() - self.fed.len();
+        self.runner.roll_back_to(before);
+        let pending_len = context.len() - self.runner.fed().len();
         let catch_up = catch_up_len(pending_len);
-        let room = self.cache.capacity().saturating_sub(self.fed.len());
+        let room = self.runner.room();
         // `auto` ends a chain before a draft its row's confidence says would not pay (see
         // `AutoLength::worth_proposing`), so a step that drafts may go up to the longest chain;
         // until `c` is measured or guessed it drafts the length chosen.
@@ -426,11 +329,11 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
             return Ok(Draft::none(root));
         }
 
-        let forwards_before = self.forwards;
+        let forwards_before = self.runner.forwards();
         // `accepted` catches up before a step that drafts; this is for callers that skip it.
         self.catch_up(before, catch_up)?;
         let start = Instant::now();
-        let mut pending = context[self.fed.len()..].to_vec();
+        let mut pending = context[self.runner.fed().len()..].to_vec();
         let mut rows = Vec::with_capacity(k);
         let mut drafted = Vec::with_capacity(k);
         let mut computed = 0;
@@ -450,6 +353,7 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
                 break;
             }
             let logits = self
+                .runner
                 .feed(&pending, true)?
                 .ok_or_else(|| RuntimeError::InvalidRequest("no logits returned".into()))?;
             computed += 1;
@@ -472,11 +376,12 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
                 // draft as a fixed candidate (`Proposal::Deterministic`), so no `[1, vocab]`
                 // row is built or drawn from (on flex, several parallel tensor operations a
                 // draft, whose thread-pool wake-ups competed with the kernels' threads).
-                let token = sample_logits(self.fit_logits(logits), sampling, rng, Source::Draft)?;
+                let token =
+                    sample_logits(self.runner.fit_logits(logits), sampling, rng, Source::Draft)?;
                 (token[0], None)
             } else {
                 // Sampled settings draw from q, the distribution the verifier is handed.
-                let q = probabilities(self.fit_logits(logits), sampling)?;
+                let q = probabilities(self.runner.fit_logits(logits), sampling)?;
                 (
                     sample_probabilities(q.clone(), rng, Source::Draft)?[0],
                     Some(q),
@@ -506,7 +411,7 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
         if chain_rule.is_some() {
             self.chain = Some(trials);
         }
-        let draft_forwards = (self.forwards - forwards_before) as usize;
+        let draft_forwards = (self.runner.forwards() - forwards_before) as usize;
         if drafted.is_empty() {
             // The first draft would not pay: a plain step (its row still makes a free trial).
             return Ok(Draft {
@@ -517,7 +422,7 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
         let proposal = if rows.is_empty() {
             Proposal::Deterministic
         } else {
-            Proposal::Sampled(self.pad_q(Tensor::cat(rows, 0)))
+            Proposal::Sampled(self.runner.pad_q(Tensor::cat(rows, 0)))
         };
         Ok(Draft {
             tree: TokenTree::chain(root, &drafted),
@@ -531,12 +436,12 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
         if let Some(trials) = self.chain.take() {
             self.auto.record_chain(&trials, outcome.accepted(), context);
         }
-        self.roll_back_to(context);
+        self.runner.roll_back_to(context);
         // A catch-up before a step that will draft is fed here, outside `draft`, whose time
         // is the draft's steps (the engine's `draft_forward_seconds`).
-        let catch_up = catch_up_len(context.len() - self.fed.len());
+        let catch_up = catch_up_len(context.len() - self.runner.fed().len());
         if catch_up > 0
-            && context.len() <= self.cache.capacity()
+            && context.len() <= self.runner.capacity()
             && self.next_length(catch_up) > 0
             && let Some((_, before)) = context.split_last()
         {

@@ -80,12 +80,14 @@
 mod drafter;
 mod error;
 mod length;
+mod runner;
 mod vocab;
 
-pub use drafter::{DraftModelDrafter, Estimates, INITIAL_CACHE_POSITIONS, weight_cost_prior};
+pub use drafter::{DraftModelDrafter, Estimates, weight_cost_prior};
 pub use error::{Result, SamplingError};
 pub use length::{
     AutoLength, DEFAULT_K, DEFAULT_K_MAX, DraftLength, best_length, expected_tokens,
     mean_expected_tokens, speedup_bound,
 };
+pub use runner::{DraftRunner, INITIAL_CACHE_POSITIONS};
 pub use vocab::check_vocabularies;
