@@ -13,7 +13,7 @@
 use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
 
 use crate::error::{Result, RuntimeError};
-use crate::model::is_flex;
+use crate::host::is_flex;
 
 /// Device backends attend over key counts that are multiples of this (see
 /// [`KvCache::attended_len`]): cubek's matmul autotune keys stop at a power-of-two factor of 16.

@@ -4,20 +4,168 @@
 //!
 //! Such a step is bound by reading the weights, which `spec-kernels` streams once for all rows.
 //! Run through burn, the rest of a layer is some fifty small tensor operations, each with its
-//! own allocation and dispatch; at one to sixteen rows that overhead was ~40% of a SmolLM2 step.
-//! Here the same math (RMSNorm, rotary embedding, grouped-query attention over the cache,
-//! SwiGLU) works in place on host vectors, and keys and values go straight into the cache's
-//! host rows; attention and SwiGLU are `spec-kernels`' SIMD loops
-//! ([`spec_kernels::attention`], [`spec_kernels::swiglu`]). [`crate::model`]'s burn code stays
-//! the definition for every other case (other backends, models without packed projections),
-//! and the tests hold the two paths equal.
-//!
-//! [`HOST_PASS_ROWS`]: crate::model::HOST_PASS_ROWS
+//! own allocation and dispatch, which at a few rows weigh as much as the weights' reads
+//! (docs/benchmarks.md, "End to end with the host path": SmolLM2's greedy decode in f32 at 26.7
+//! tok/s through burn's ops, 43.3 here). Here the same math (RMSNorm, rotary embedding,
+//! grouped-query attention over the cache, SwiGLU) works in place on host vectors, and keys and
+//! values go straight into the cache's host rows; attention and SwiGLU are `spec-kernels`' SIMD
+//! loops ([`spec_kernels::attention`], [`spec_kernels::swiglu`]). [`crate::model`]'s burn code
+//! stays the definition for every other case (other backends, models without packed
+//! projections), and the tests hold the two paths equal.
+
+use std::ops::Range;
+
+use burn::tensor::{Tensor, TensorData, backend::Backend};
 
 use crate::cache::{HostLayer, KvCache};
 use crate::error::{Result, RuntimeError};
-use crate::model::{Block, PackedBlock, RmsNorm};
-use burn::tensor::backend::Backend;
+use crate::model::mask::{attends_only_backwards, bias_rows};
+use crate::model::{Block, ForwardOutput, NewTokens, PackedBlock, RmsNorm, Transformer};
+
+/// The host path runs longer requests in passes of at most this many new tokens where the
+/// attention pattern allows (a prompt, a chain, a tree in topological order).
+///
+/// Each pass streams every weight once for all its rows, and a row's result has the same bits
+/// whatever the other rows, so the pass length changes the time only. A prompt is bound by the
+/// products' arithmetic, not by reading the weights, but in passes of 16 the weights' reads
+/// still add to it: `bench-forward`'s 128-token prefill of the Qwen 1.5B in f32 runs at 34–35
+/// tok/s in passes of 16, 41 in passes of 32, 44–45 in passes of 64 and 45–46 in passes of 128;
+/// SmolLM2 in f32 392–405 → 498–507; Q8_0 and `q4-a8` (a quarter of the bytes or fewer)
+/// unchanged (docs/benchmarks.md, "Prompts in passes of 64").
+pub const HOST_PASS_ROWS: usize = 64;
+
+/// Whether `B` is the flex backend, whose tensors live in host memory: the only backend the
+/// host path and the packed copies serve (elsewhere reading the activations back would cost
+/// more than it saves).
+#[cfg_attr(not(feature = "flex"), allow(clippy::extra_unused_type_parameters))]
+pub(crate) fn is_flex<B: Backend>() -> bool {
+    #[cfg(feature = "flex")]
+    {
+        std::any::TypeId::of::<B>() == std::any::TypeId::of::<burn::backend::Flex>()
+    }
+    #[cfg(not(feature = "flex"))]
+    {
+        false
+    }
+}
+
+/// `t`'s values as f32 on the host.
+pub(crate) fn read_f32<B: Backend, const D: usize>(t: Tensor<B, D>) -> Result<Vec<f32>> {
+    t.into_data()
+        .convert::<f32>()
+        .into_vec::<f32>()
+        .map_err(|e| RuntimeError::InvalidConfig(format!("reading weights back: {e:?}")))
+}
+
+/// What [`forward`] runs, besides the input and the packed blocks.
+pub(crate) struct HostPass<'a> {
+    pub positions: &'a [usize],
+    /// Positions in the cache before the pass.
+    pub cached: usize,
+    pub attention: NewTokens<'a>,
+    pub layers: Range<usize>,
+    pub logit_rows: Option<Vec<usize>>,
+    pub hidden_after: &'a [usize],
+}
+
+/// [`Transformer::forward`] on the host path for every layer of `pass.layers` (`packed` holds
+/// their packed projections). `x` `[n, hidden]` is the input of the first layer run.
+///
+/// The new tokens run in passes of at most [`HOST_PASS_ROWS`] when none attends to a later
+/// one (a causal chain or prompt, a tree in topological order): each pass finds the earlier
+/// passes' keys in the cache, so the result is one pass's. Other masks take one pass of
+/// every row.
+pub(crate) fn forward<B: Backend>(
+    model: &Transformer<B>,
+    x: Tensor<B, 2>,
+    packed: &[&PackedBlock],
+    pass: HostPass<'_>,
+    cache: &mut KvCache<B>,
+) -> Result<ForwardOutput<B>> {
+    let device = model.device();
+    let [n, hidden_size] = x.dims();
+    let mut x = read_f32(x)?;
+    let chunk = if attends_only_backwards(n, pass.attention) {
+        HOST_PASS_ROWS
+    } else {
+        n
+    };
+    // Per entry of `hidden_after`, its rows in order as the passes produce them.
+    let mut hidden: Vec<Vec<f32>> = vec![Vec::new(); pass.hidden_after.len()];
+    let mut record = |after: usize, rows: &[f32]| {
+        for (i, &l) in pass.hidden_after.iter().enumerate() {
+            if l == after {
+                hidden[i].extend_from_slice(rows);
+            }
+        }
+    };
+    let mut start = 0;
+    while start < n {
+        let end = (start + chunk).min(n);
+        let bias = bias_rows(
+            n,
+            pass.cached,
+            start..end,
+            pass.attention,
+            pass.cached + end,
+        );
+        let (cos, sin) = model.rope_rows(&pass.positions[start..end]);
+        let (cos, sin) = (read_f32(cos)?, read_f32(sin)?);
+        let step = HostStep {
+            n: end - start,
+            cos: &cos,
+            sin: &sin,
+            bias: &bias,
+        };
+        let rows = &mut x[start * hidden_size..end * hidden_size];
+        for (l, block) in pass.layers.clone().zip(packed) {
+            record(l, rows);
+            block_forward(&model.blocks[l], block, rows, &step, cache, l)?;
+        }
+        record(pass.layers.end, rows);
+        start = end;
+    }
+    let to_tensor =
+        |v: Vec<f32>| Tensor::<B, 2>::from_data(TensorData::new(v, [n, hidden_size]), &device);
+    let logits = pass
+        .logit_rows
+        .map(|rows| logits(model, &x, hidden_size, &rows))
+        .transpose()?;
+    Ok(ForwardOutput {
+        logits,
+        hidden: hidden.into_iter().map(to_tensor).collect(),
+        last_hidden: to_tensor(x),
+    })
+}
+
+/// [`Transformer::logits`] of rows `rows` of the host residual stream `x` `[n, hidden]`, on
+/// the host when the head has a packed copy.
+fn logits<B: Backend>(
+    model: &Transformer<B>,
+    x: &[f32],
+    hidden: usize,
+    rows: &[usize],
+) -> Result<Tensor<B, 2>> {
+    let mut picked = Vec::with_capacity(rows.len() * hidden);
+    for &r in rows {
+        picked.extend_from_slice(&x[r * hidden..(r + 1) * hidden]);
+    }
+    let device = model.device();
+    match model.head.packed() {
+        Some(head) => {
+            let normed = rms_norm(&picked, rows.len(), &model.norm)?;
+            let y = head.apply(&normed, rows.len())?;
+            Ok(Tensor::from_data(
+                TensorData::new(y, [rows.len(), head.matrix.rows()]),
+                &device,
+            ))
+        }
+        None => model.logits(Tensor::from_data(
+            TensorData::new(picked, [rows.len(), hidden]),
+            &device,
+        )),
+    }
+}
 
 /// What every layer of one host step shares.
 pub(crate) struct HostStep<'a> {

@@ -12,6 +12,7 @@ pub mod generate;
 mod host;
 pub mod load;
 pub mod model;
+mod pack;
 pub mod weights;
 
 pub use cache::KvCache;

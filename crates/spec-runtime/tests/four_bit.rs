@@ -70,12 +70,12 @@ fn q4_keeps_smollm2s_four_bit_weights() {
     // Every projection is 4-bit in the file and stays so; the tied head (the Q8_0 token
     // embedding) is not on 16 levels and is stored as Q8_0.
     for block in &q4.model.blocks {
-        let packed = block.packed.as_deref().unwrap();
+        let packed = block.packed().unwrap();
         for linear in [&packed.qkv, &packed.o, &packed.gate_up, &packed.down] {
             assert_eq!(linear.matrix.format(), WeightFormat::Q4);
         }
     }
-    let head = q4.model.tied_head.as_deref().unwrap();
+    let head = q4.model.head.packed().unwrap();
     assert_eq!(head.matrix.format(), WeightFormat::Q8_0);
 
     let vocab = q4.config.vocab_size as u32;
@@ -93,7 +93,7 @@ fn q4_keeps_smollm2s_four_bit_weights() {
     // Rounding the activations too (llama.cpp's arithmetic) is a different model: close to
     // the checkpoint's, not equal.
     let q4_a8 = load(&path, WeightFormat::Q4A8);
-    let packed = q4_a8.model.blocks[0].packed.as_deref().unwrap();
+    let packed = q4_a8.model.blocks[0].packed().unwrap();
     assert_eq!(packed.gate_up.matrix.format(), WeightFormat::Q4A8);
     let a8_error = relative_error(&logits(&q4_a8, &tokens), &exact);
     eprintln!("q4-a8: {a8_error:e}");
@@ -122,7 +122,7 @@ fn q4_a8_keeps_k_quant_superblocks() {
     let q4_a8 = load(&path, WeightFormat::Q4A8);
     let (mut four, mut six) = (0, 0);
     for block in &q4_a8.model.blocks {
-        let down = &block.packed.as_deref().unwrap().down.matrix;
+        let down = &block.packed().unwrap().down.matrix;
         assert_eq!(down.format(), WeightFormat::Q4A8);
         let superblocks = down.rows() * down.cols() / 256;
         if down.stored_bytes() == superblocks * 152 {
@@ -153,7 +153,7 @@ fn q4_a8_keeps_k_quant_superblocks() {
         .model
         .blocks
         .iter()
-        .map(|b| b.packed.as_deref().unwrap().down.matrix.format())
+        .map(|b| b.packed().unwrap().down.matrix.format())
         .collect();
     let q4 = formats.iter().filter(|f| **f == WeightFormat::Q4A8).count();
     let q8 = formats
@@ -186,10 +186,7 @@ fn q4_a8_lossy_rounds_the_other_matrices_to_four_bits() {
     let q4_a8 = load(&path, WeightFormat::Q4A8);
     let lossy = load(&path, WeightFormat::Q4A8Lossy);
     for (exact, rounded) in q4_a8.model.blocks.iter().zip(&lossy.model.blocks) {
-        let (exact, rounded) = (
-            exact.packed.as_deref().unwrap(),
-            rounded.packed.as_deref().unwrap(),
-        );
+        let (exact, rounded) = (exact.packed().unwrap(), rounded.packed().unwrap());
         assert_eq!(rounded.down.matrix.format(), WeightFormat::Q4A8);
         assert_eq!(
             rounded.down.matrix.stored_bytes(),

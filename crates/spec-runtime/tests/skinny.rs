@@ -9,7 +9,7 @@ use burn::backend::Flex;
 use burn::tensor::Tensor;
 use spec_core::tree::TokenTree;
 use spec_runtime::model::{
-    ForwardOutput, HOST_PASS_ROWS, LoadOptions, SKINNY_MAX_ROWS, WeightFormat,
+    ForwardOutput, HOST_PASS_ROWS, Head, LoadOptions, SKINNY_MAX_ROWS, Weight, WeightFormat,
 };
 use spec_runtime::{
     Architecture, ForwardRequest, KvCache, LogitRows, ModelConfig, RandomSource, Transformer,
@@ -94,17 +94,14 @@ fn max_diff(a: &[f32], b: &[f32]) -> (f32, f32) {
 fn skinny_path_is_built_on_flex() {
     for arch in [Architecture::Llama, Architecture::Qwen2] {
         let m = model(arch, Some(WeightFormat::F32));
-        assert!(m.blocks.iter().all(|b| b.packed.is_some()));
+        assert!(m.blocks.iter().all(|b| b.packed().is_some()));
         // The packed copy is the block's only one: its own projections hold none.
-        assert!(m.blocks[0].attention.q_proj.skinny.is_none());
-        assert_eq!(m.tied_head.is_some(), arch == Architecture::Qwen2);
-        assert_eq!(
-            m.lm_head.as_ref().is_some_and(|h| h.skinny.is_some()),
-            arch == Architecture::Llama
-        );
+        assert!(m.blocks[0].attention.q_proj.packed().is_none());
+        assert!(m.head.packed().is_some());
+        assert_eq!(matches!(m.head, Head::Tied(_)), arch == Architecture::Qwen2);
         let off = model(arch, None);
-        assert!(off.blocks[0].packed.is_none());
-        assert!(off.tied_head.is_none());
+        assert!(off.blocks[0].packed().is_none());
+        assert!(off.head.packed().is_none());
     }
 }
 
@@ -145,11 +142,11 @@ fn a_packed_model_holds_its_projections_once() {
         let packed = model(arch, Some(WeightFormat::F32));
         for block in &packed.blocks {
             for linear in block.projections() {
-                assert!(linear.weight.is_none() && linear.bias.is_none(), "{arch:?}");
+                assert!(matches!(linear.weight(), Weight::InBlock(_)), "{arch:?}");
             }
         }
-        if let Some(head) = &packed.lm_head {
-            assert!(head.weight.is_none() && head.skinny.is_some(), "{arch:?}");
+        if let Head::Own(head) = &packed.head {
+            assert!(matches!(head.weight(), Weight::Packed(_)), "{arch:?}");
         }
         let kept = model_with(
             arch,
@@ -159,11 +156,17 @@ fn a_packed_model_holds_its_projections_once() {
                 ..Default::default()
             },
         );
-        assert!(kept.blocks[1].mlp.down_proj.weight.is_some(), "{arch:?}");
-        assert!(kept.blocks[1].packed.is_some(), "{arch:?}");
-        if let Some(head) = &kept.lm_head {
-            assert!(head.weight.is_some() && head.skinny.is_some(), "{arch:?}");
+        let down = kept.blocks[1].mlp.down_proj.weight();
+        assert!(matches!(down, Weight::Dense(_)), "{arch:?}");
+        assert!(kept.blocks[1].packed().is_some(), "{arch:?}");
+        if let Head::Own(head) = &kept.head {
+            assert!(matches!(head.weight(), Weight::Both(_)), "{arch:?}");
         }
+        // A projection that only its block's packed copy holds cannot run by itself, and an
+        // input of the wrong width is refused: errors, not panics.
+        let x = Tensor::<Flex, 2>::zeros([2, 48], &Default::default());
+        assert!(packed.blocks[0].mlp.forward(x.clone()).is_err(), "{arch:?}");
+        assert!(kept.blocks[0].mlp.down_proj.forward(x).is_err(), "{arch:?}");
         // The same bits either way: a kept copy is not used for a pass.
         let tokens: Vec<u32> = (0..HOST_PASS_ROWS as u32 + 4)
             .map(|i| (i * 7 + 3) % 67)
@@ -247,7 +250,7 @@ fn long_requests(model: &Transformer<Flex>) -> Vec<f32> {
         .unwrap();
     out.extend(read(step.logits.unwrap()));
     let x = step.last_hidden.slice([0..n, 0..48]);
-    out.extend(read(model.logits(x)));
+    out.extend(read(model.logits(x).unwrap()));
     out
 }
 
