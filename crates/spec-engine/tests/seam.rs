@@ -77,7 +77,7 @@ impl Drafter<B> for EarlyExit {
                     .layers(0..self.exit_after)
                     .logits(LogitRows::None),
             )?;
-            let logits = target.model().logits(out.last_hidden);
+            let logits = target.model().logits(out.last_hidden)?;
             next = [sample_logits(logits, &greedy, &mut rng, Source::Draft)?[0]];
             drafted.push(next[0]);
         }

@@ -203,6 +203,12 @@ pub enum NewTokens<'a> {
     /// Token `i` attends to new token `j` where `mask[i · n + j]` (an ancestor mask of a token
     /// tree, from `spec_core::tree::TokenTree::ancestor_mask`; the diagonal must be set).
     Mask(&'a [bool]),
+    /// Token `i` attends to the last `span` cached positions and to the new tokens where row
+    /// `i` of `mask` (`[n, span + n]`) says: column `j < span` is cached position
+    /// `cached − span + j`, column `span + j` is new token `j` (the diagonal must be set).
+    /// Positions before the span are always visible. A token tree fed one level at a time: the
+    /// levels already in the cache are the span, and each new node sees only its ancestors.
+    MaskWithCached { span: usize, mask: &'a [bool] },
 }
 
 /// Which rows of the output get logits.
@@ -255,6 +261,13 @@ impl<'a, B: Backend> ForwardRequest<'a, B> {
 
     pub fn mask(mut self, mask: &'a [bool]) -> Self {
         self.attention = NewTokens::Mask(mask);
+        self
+    }
+
+    /// Attention over the last `span` cached positions and the new tokens by `mask` (see
+    /// [`NewTokens::MaskWithCached`]).
+    pub fn mask_with_cached(mut self, span: usize, mask: &'a [bool]) -> Self {
+        self.attention = NewTokens::MaskWithCached { span, mask };
         self
     }
 
@@ -454,7 +467,7 @@ impl<B: Backend> Transformer<B> {
             None
         };
         if let Some(packed) = packed {
-            check_mask(n, request.attention)?;
+            check_mask(n, cached, request.attention)?;
             let pass = HostPass {
                 positions: &positions,
                 cached,

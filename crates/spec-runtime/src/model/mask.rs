@@ -5,30 +5,46 @@ use std::ops::Range;
 use crate::error::{Result, RuntimeError};
 use crate::model::NewTokens;
 
-/// Checks a mask's size and diagonal for `n` new tokens (a causal pass has nothing to check).
-pub(crate) fn check_mask(n: usize, attention: NewTokens<'_>) -> Result<()> {
-    if let NewTokens::Mask(mask) = attention {
-        if mask.len() != n * n {
-            return Err(RuntimeError::InvalidRequest(format!(
-                "a mask of {} entries for {n} new tokens",
-                mask.len()
-            )));
-        }
-        if (0..n).any(|i| !mask[i * n + i]) {
-            return Err(RuntimeError::InvalidRequest(
-                "every new token must attend to itself".into(),
-            ));
-        }
+/// Checks a mask's size and diagonal for `n` new tokens after `cached` positions (a causal pass
+/// has nothing to check).
+pub(crate) fn check_mask(n: usize, cached: usize, attention: NewTokens<'_>) -> Result<()> {
+    let (span, mask) = match attention {
+        NewTokens::Causal => return Ok(()),
+        NewTokens::Mask(mask) => (0, mask),
+        NewTokens::MaskWithCached { span, mask } => (span, mask),
+    };
+    if span > cached {
+        return Err(RuntimeError::InvalidRequest(format!(
+            "a mask over the last {span} cached positions of {cached}"
+        )));
+    }
+    let width = span + n;
+    if mask.len() != n * width {
+        return Err(RuntimeError::InvalidRequest(format!(
+            "a mask of {} entries for {n} new tokens over {width} positions",
+            mask.len()
+        )));
+    }
+    if (0..n).any(|i| !mask[i * width + span + i]) {
+        return Err(RuntimeError::InvalidRequest(
+            "every new token must attend to itself".into(),
+        ));
     }
     Ok(())
 }
 
+/// Whether new token `i` may attend to new token `j` (the mask, if any, is checked already).
+fn sees_new(n: usize, attention: NewTokens<'_>, i: usize, j: usize) -> bool {
+    match attention {
+        NewTokens::Causal => j <= i,
+        NewTokens::Mask(mask) => mask[i * n + j],
+        NewTokens::MaskWithCached { span, mask } => mask[i * (span + n) + span + j],
+    }
+}
+
 /// Whether no new token attends to a later one, so the tokens can run in consecutive passes.
 pub(crate) fn attends_only_backwards(n: usize, attention: NewTokens<'_>) -> bool {
-    match attention {
-        NewTokens::Causal => true,
-        NewTokens::Mask(mask) => (0..n).all(|i| (i + 1..n).all(|j| !mask[i * n + j])),
-    }
+    (0..n).all(|i| (i + 1..n).all(|j| !sees_new(n, attention, i, j)))
 }
 
 /// The attention bias `[n, width]` of `n` new tokens after `cached` positions (`width` at
@@ -39,7 +55,7 @@ pub(crate) fn attention_bias(
     attention: NewTokens<'_>,
     width: usize,
 ) -> Result<Vec<f32>> {
-    check_mask(n, attention)?;
+    check_mask(n, cached, attention)?;
     Ok(bias_rows(n, cached, 0..n, attention, width))
 }
 
@@ -61,12 +77,16 @@ pub(crate) fn bias_rows(
         return bias;
     }
     for (out, i) in bias.chunks_exact_mut(width).zip(rows.clone()) {
+        if let NewTokens::MaskWithCached { span, mask } = attention {
+            let row = &mask[i * (span + n)..i * (span + n) + span];
+            for (j, &visible) in row.iter().enumerate() {
+                if !visible {
+                    out[cached - span + j] = f32::NEG_INFINITY;
+                }
+            }
+        }
         for j in 0..rows.end {
-            let visible = match attention {
-                NewTokens::Causal => j <= i,
-                NewTokens::Mask(mask) => mask[i * n + j],
-            };
-            if !visible {
+            if !sees_new(n, attention, i, j) {
                 out[cached + j] = f32::NEG_INFINITY;
             }
         }
