@@ -490,6 +490,60 @@ fn check_near_certain_rejections<B: Backend>(device: &B::Device) {
     }
 }
 
+/// The smallest temperature `validate` accepts keeps rows with logits up to ±1e4 finite: each
+/// row is a point mass on its argmax (or an even split among tied maxima), on its own and with
+/// truncation, and sampling and verification run.
+fn check_smallest_temperature<B: Backend>(device: &B::Device) {
+    let vocab = 6;
+    let rows: [[f32; 6]; 4] = [
+        [1e4, -1e4, 0.0, 9_999.0, -3.0, f32::NEG_INFINITY],
+        [-1e4, -9_999.5, -1e4, -1e4, -1e4, -1e4],
+        [-1e4, 1e4, 1e4, -1e4, 2.5, 1e4 - 1.0],
+        [0.0, 1e-3, -1e-3, 0.0, f32::NEG_INFINITY, 1e4],
+    ];
+    let flat = rows.as_flattened();
+    let t = SamplingConfig::with_temperature(sampling::MIN_TEMPERATURE);
+    for config in [t, t.top_p(0.9), t.top_k(2).min_p(0.1)] {
+        let got = read_rows(
+            sampling::probabilities(tensor::<B>(flat, rows.len(), vocab, device), &config).unwrap(),
+        );
+        for (row, (got, logits)) in got.iter().zip(rows_f64(flat, vocab)).enumerate() {
+            let want = reference::probabilities(&logits, &config, Source::Target, row).unwrap();
+            assert!(
+                got.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-6),
+                "{config:?} row {row}: {got:?} vs {want:?}"
+            );
+        }
+        let tokens = sampling::sample_logits(
+            tensor::<B>(flat, rows.len(), vocab, device),
+            &config,
+            &mut SpecRng::new(3),
+            Source::Target,
+        )
+        .unwrap();
+        assert_eq!(tokens[..2], [0, 1], "{config:?}");
+        assert!([1, 2].contains(&tokens[2]), "{config:?}: {tokens:?}");
+        assert_eq!(tokens[3], 5, "{config:?}");
+        // Rows 0 and 1 accept their candidates; row 2 accepts token 1 or, rejecting it, ends
+        // with the other tied token; row 3 gives the bonus.
+        let tree = TokenTree::chain(0, &[0, 1, 1]);
+        let verdict = Verifier::new(config)
+            .unwrap()
+            .verify_tree(
+                &tree,
+                tensor::<B>(flat, rows.len(), vocab, device),
+                Proposal::Deterministic,
+                &mut SpecRng::new(4),
+            )
+            .unwrap();
+        let tokens = verdict.tokens(&tree);
+        assert!(
+            tokens == [0, 1, 2] || tokens == [0, 1, 1, 5],
+            "{config:?}: {tokens:?}"
+        );
+    }
+}
+
 /// A tree with no drafts still ends the step with one token from the root's distribution.
 fn check_empty_tree<B: Backend>(device: &B::Device) {
     let logits = [0.0f32, 5.0, f32::NEG_INFINITY];
@@ -709,6 +763,11 @@ macro_rules! backend_tests {
             #[test]
             fn rejected_near_certain_candidate_is_never_emitted() {
                 check_near_certain_rejections::<B>(&$device);
+            }
+
+            #[test]
+            fn smallest_temperature_gives_finite_probabilities() {
+                check_smallest_temperature::<B>(&$device);
             }
 
             #[test]
