@@ -9,6 +9,11 @@ use crate::tree::NodeId;
 pub enum SpecError {
     #[error("temperature must be a finite number ≥ 0, got {0}")]
     InvalidTemperature(f64),
+    #[error(
+        "temperature {0:e} is below the smallest usable temperature {min:e} (use 0 for greedy)",
+        min = crate::sampling::MIN_TEMPERATURE
+    )]
+    TemperatureTooSmall(f64),
     #[error("top_k must be at least 1 (leave it unset to disable it)")]
     InvalidTopK,
     #[error("top_p must lie in (0, 1], got {0}")]

@@ -11,9 +11,10 @@ use crate::sampling::SamplingConfig;
 use crate::tree::{NodeId, ROOT, TokenTree};
 use crate::verify::Verdict;
 
-/// Below this residual mass the residual is taken to have rounded away and `p` is used instead.
-/// Mathematically the residual is empty only when `p ≤ q` everywhere, and then no rejection can
-/// happen; a rejection with an empty residual is a rounding artefact.
+/// Below this mass the residual of a sampled proposal is taken to have rounded away and `p` is
+/// used instead. Mathematically that residual is empty only when `p ≤ q` everywhere, and then no
+/// rejection can happen; a rejection with an empty residual is a rounding artefact. Point-mass
+/// proposals have no floor: [`remove_token`] is exact.
 pub const RESIDUAL_FLOOR_F64: f64 = 1e-12;
 
 /// [`crate::sampling::probabilities`] for one row, in f64, with explicit errors.
@@ -109,11 +110,21 @@ pub fn residual(p: &[f64], q: &[f64]) -> Vec<f64> {
     d.into_iter().map(|x| x / mass).collect()
 }
 
-/// `p` with `token` removed and renormalized: the residual of a point-mass proposal.
+/// `p` with `token` removed and renormalized: the residual of a point-mass proposal,
+/// `norm(max(0, p − δ_token))`, however little mass is left (no floor: a token of probability
+/// `1 − 1e-13` that is rejected leaves the other `1e-13`, which is then the whole residual).
+///
+/// When nothing is left (`p` was the point mass at `token`) the result is all zeros. The walk
+/// never gets there: a rejection needs `p(token) < 1`, and a normalized row whose only mass is
+/// at `token` holds exactly 1 there (`x / x`), so its test is certain and never rejects.
 pub fn remove_token(p: &[f64], token: usize) -> Vec<f64> {
-    let mut q = vec![0.0; p.len()];
-    q[token] = 1.0;
-    residual(p, &q)
+    let mut rest = p.to_vec();
+    rest[token] = 0.0;
+    let mass: f64 = rest.iter().sum();
+    if mass > 0.0 {
+        rest.iter_mut().for_each(|x| *x /= mass);
+    }
+    rest
 }
 
 /// The smallest index whose cumulative weight exceeds `uniform · total`, never an index of
@@ -135,7 +146,8 @@ pub fn inverse_cdf(weights: &[f64], uniform: f64) -> usize {
 
 /// The source of the two random decisions a verification step makes.
 pub trait Chooser {
-    /// Decides drafted node `node`'s acceptance test, which passes with `probability`.
+    /// Decides drafted node `node`'s acceptance test, which passes with `probability` (< 1: a
+    /// test of probability 1 passes without asking, as a uniform in `[0, 1)` would pass it).
     fn accept(&mut self, node: NodeId, probability: f64) -> bool;
     /// Draws the token that ends the step from `weights` (not necessarily normalized).
     fn choose(&mut self, weights: &[f64]) -> usize;
@@ -198,7 +210,7 @@ pub fn walk<C: Chooser>(
                 }
                 HostProposal::Deterministic => r[token].min(1.0),
             };
-            if chooser.accept(child, probability) {
+            if probability >= 1.0 || chooser.accept(child, probability) {
                 accepted.push(child);
                 node = child;
                 continue 'descend;
@@ -273,6 +285,44 @@ mod tests {
         let p = [0.5, 0.3, 0.2];
         let r = remove_token(&p, 0);
         assert!((r[0]).abs() < 1e-15 && (r[1] - 0.6).abs() < 1e-15 && (r[2] - 0.4).abs() < 1e-15);
+    }
+
+    #[test]
+    fn removing_a_near_certain_token_leaves_the_rest() {
+        // 1e-13 left elsewhere: less than the floor of sampled proposals' residuals.
+        assert_eq!(
+            remove_token(&[1.0 - 1e-13, 1e-13, 0.0], 0),
+            vec![0.0, 1.0, 0.0]
+        );
+        let r = remove_token(&[1.0 - 1e-13, 2.5e-14, 7.5e-14], 0);
+        assert!(r[0] == 0.0 && (r[1] - 0.25).abs() < 1e-12 && (r[2] - 0.75).abs() < 1e-12);
+        // Nothing left: the walk never asks (see `remove_token`).
+        assert_eq!(remove_token(&[0.0, 1.0], 1), vec![0.0, 0.0]);
+    }
+
+    #[test]
+    fn a_rejected_near_certain_candidate_is_not_emitted() {
+        let tree = TokenTree::chain(0, &[0]);
+        let target = vec![vec![1.0 - 1e-13, 1e-13]; 2];
+        // The largest uniform below 1 rejects token 0.
+        let uniforms = StepUniforms {
+            acceptance: vec![1.0 - f64::EPSILON / 2.0],
+            final_draw: 0.5,
+        };
+        let verdict = walk(
+            &tree,
+            &target,
+            &HostProposal::Deterministic,
+            &mut UniformChooser(&uniforms),
+        )
+        .unwrap();
+        assert_eq!(
+            verdict,
+            Verdict {
+                accepted: vec![],
+                next_token: 1
+            }
+        );
     }
 
     #[test]

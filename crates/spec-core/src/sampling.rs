@@ -37,7 +37,21 @@ use crate::error::{Result, Source, SpecError};
 use crate::rng::SpecRng;
 use crate::truncate::truncate_row;
 
-/// How tokens are chosen from a model's logits. `temperature == 0` means greedy.
+/// The smallest positive temperature [`SamplingConfig::validate`] accepts.
+///
+/// Logits are f32, and [`probabilities`] divides them by the temperature before it subtracts each
+/// row's maximum. A quotient `x / T` beyond f32's largest finite value, 3.4e38, rounds to ±inf;
+/// once the row's maximum has, `x / T − max` is `inf − inf`, NaN, and the row is reported as
+/// unusable logits. Every logit with `|x| ≤ 3.4e38 · T` stays finite: at `T = 1e-30` that is
+/// `|x| ≤ 3.4e8`, six orders of magnitude beyond what language models emit (tens, a few hundred
+/// at most), while `T = 1e-35` already overflows on a logit of 1e4 (and below 1.4e-45, f32's
+/// smallest positive value, `T` itself rounds to 0). Nothing is lost below the bound: at
+/// `T = 1e-30` two logits 1e-6 apart end up 1e24 apart, `exp(−1e24)` is 0, and sampling is
+/// greedy already, save that exactly equal logits share the mass.
+pub const MIN_TEMPERATURE: f64 = 1e-30;
+
+/// How tokens are chosen from a model's logits. `temperature == 0` means greedy; a positive
+/// temperature is at least [`MIN_TEMPERATURE`].
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct SamplingConfig {
     pub temperature: f64,
@@ -97,6 +111,9 @@ impl SamplingConfig {
     pub fn validate(&self) -> Result<()> {
         if !self.temperature.is_finite() || self.temperature < 0.0 {
             return Err(SpecError::InvalidTemperature(self.temperature));
+        }
+        if self.temperature > 0.0 && self.temperature < MIN_TEMPERATURE {
+            return Err(SpecError::TemperatureTooSmall(self.temperature));
         }
         if self.top_k == Some(0) {
             return Err(SpecError::InvalidTopK);
@@ -406,5 +423,59 @@ pub(crate) fn read2<B: Backend>(transaction: Transaction<B>) -> [TensorData; 2] 
         (Some(a), Some(b)) => [a, b],
         // A transaction returns one entry per registered tensor.
         _ => unreachable!("a transaction of two tensors returned fewer"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temperatures_below_the_usable_minimum_are_refused() {
+        for t in [0.0, MIN_TEMPERATURE, 1e-6, 1.0, 7.5] {
+            assert_eq!(
+                SamplingConfig::with_temperature(t).validate(),
+                Ok(()),
+                "{t}"
+            );
+        }
+        for t in [
+            1e-300,
+            f64::MIN_POSITIVE,
+            5e-324,
+            MIN_TEMPERATURE / 2.0,
+            1e-31,
+        ] {
+            assert_eq!(
+                SamplingConfig::with_temperature(t).validate(),
+                Err(SpecError::TemperatureTooSmall(t)),
+                "{t}"
+            );
+        }
+        let message = SamplingConfig::with_temperature(1e-300)
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            message,
+            "temperature 1e-300 is below the smallest usable temperature 1e-30 (use 0 for greedy)"
+        );
+        assert!(matches!(
+            SamplingConfig::with_temperature(-1e-300).validate(),
+            Err(SpecError::InvalidTemperature(_))
+        ));
+    }
+
+    /// The bound is needed: a little below it, logits of ±1e4 overflow f32 and the row turns NaN.
+    #[cfg(feature = "flex")]
+    #[test]
+    fn below_the_minimum_large_logits_overflow() {
+        type B = burn::backend::Flex;
+        let logits = Tensor::<B, 2>::from_data(
+            TensorData::new(vec![1e4f32, -1e4, 0.0], [1, 3]),
+            &Default::default(),
+        );
+        let probs = probabilities_unchecked(logits, &SamplingConfig::with_temperature(1e-35));
+        assert!(probs.into_data().iter::<f32>().any(f32::is_nan));
     }
 }

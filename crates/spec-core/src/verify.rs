@@ -15,8 +15,9 @@ use crate::sampling::{
 };
 use crate::tree::{NodeId, ROOT, TokenTree};
 
-/// Below this residual mass (f32 on the device) the residual is taken to have rounded away and
-/// `p` is used instead; see [`crate::reference::RESIDUAL_FLOOR_F64`] for why this is exact.
+/// Below this mass (f32 on the device) the residual of a sampled proposal is taken to have
+/// rounded away and `p` is used instead; see [`crate::reference::RESIDUAL_FLOOR_F64`] for why.
+/// Deterministic proposals have no floor (see `verify_deterministic`).
 pub const RESIDUAL_FLOOR_F32: f32 = 1e-6;
 
 /// How the children of the tree's nodes were proposed.
@@ -289,6 +290,15 @@ fn verify_sampled<B: Backend>(
     })
 }
 
+/// Point-mass candidates. The residual after rejecting candidates is `p` restricted to the
+/// tokens not rejected, renormalized (exact, no floor): candidate `k` of a node is accepted with
+/// probability `p(c) / m_k`, where `m_k` is the device's own sum of the node's row without the
+/// tokens of candidates `0..k` (never `1 − Σ p`, which cancels to noise when the rejected tokens
+/// held nearly all the mass), and the final draw is from the row with those tokens zeroed.
+///
+/// An empty residual is unreachable: a row summed in f32 is at least each of its entries, so a
+/// rejection (`u ≥ p(c) / m_k` with `u < 1`) needs `m_k > p(c)`, which needs another token with
+/// mass > 0 outside the rejected ones; it stays in the final row.
 fn verify_deterministic<B: Backend>(
     tree: &TokenTree,
     target: Tensor<B, 2>,
@@ -297,33 +307,43 @@ fn verify_deterministic<B: Backend>(
     let device = target.device();
     let rows = parent_rows(tree);
     let width = tree.max_children();
-    let mut p_at = Vec::new();
+    let (mut p_at, mut mass_at) = (Vec::new(), Vec::new());
     if rows > 0 {
+        // The whole tensor is gathered from and summed, not its parent rows: flex copies a row
+        // range before gathering from it. Rows past `rows` and columns past a node's children
+        // are never read.
         let target_rows = target.dims()[0];
-        let columns: Vec<_> = (0..width)
-            .map(|k| {
-                target
-                    .clone()
-                    .gather(1, child_column(tree, target_rows, k, &device))
-                    .narrow(0, 0, rows)
-            })
+        let column = |k| child_column(tree, target_rows, k, &device);
+        let p_columns: Vec<_> = (0..width)
+            .map(|k| target.clone().gather(1, column(k)).narrow(0, 0, rows))
             .collect();
-        p_at = Tensor::cat(columns, 1).into_data().iter::<f64>().collect();
+        // Column k: each row's mass without its first k children's tokens. Zeroing adds minus
+        // the entry (x + (−x) is exactly 0); a repeated token gathers its 0 and stays 0.
+        let mut left = target.clone();
+        let mut masses = vec![left.clone().sum_dim(1).narrow(0, 0, rows)];
+        for k in 1..width {
+            let at = left.clone().gather(1, column(k - 1));
+            left = left.scatter(1, column(k - 1), at.neg(), IndexingUpdateOp::Add);
+            masses.push(left.clone().sum_dim(1).narrow(0, 0, rows));
+        }
+        let [p, masses] = read2(
+            Transaction::default()
+                .register(Tensor::cat(p_columns, 1))
+                .register(Tensor::cat(masses, 1)),
+        );
+        p_at = p.iter::<f64>().collect();
+        mass_at = masses.iter::<f64>().collect();
     }
 
     let mut node = ROOT;
     let mut accepted = Vec::new();
     // The rejected candidates of the current node and their probabilities.
     let mut removed: Vec<(u32, f64)> = Vec::new();
-    let mut remaining: f64;
     'descend: loop {
         removed.clear();
-        // Mass left in p after removing the rejected candidates: the residual of a point mass
-        // is p without that token, renormalized.
-        remaining = 1.0;
         for (k, &child) in tree.children(node).iter().enumerate() {
-            let p_c = p_at[node * width + k];
-            if p_c.is_nan() {
+            let (p_c, mass) = (p_at[node * width + k], mass_at[node * width + k]);
+            if p_c.is_nan() || mass.is_nan() {
                 return Err(SpecError::NonFiniteLogits {
                     what: Source::Target,
                     row: node,
@@ -331,12 +351,12 @@ fn verify_deterministic<B: Backend>(
             }
             let token = tree.token(child);
             let seen = removed.iter().any(|&(t, _)| t == token);
-            let probability = if seen {
+            // A repeated token has no mass left. `mass ≥ p_c`, and `mass > 0` whenever a child
+            // is tested (see above); the guard keeps 0 / 0 out all the same.
+            let probability = if seen || mass <= 0.0 {
                 0.0
-            } else if remaining <= f64::from(RESIDUAL_FLOOR_F32) {
-                p_c
             } else {
-                (p_c / remaining).min(1.0)
+                (p_c / mass).min(1.0)
             };
             if accepts(uniforms.for_node(child), probability) {
                 accepted.push(child);
@@ -345,14 +365,13 @@ fn verify_deterministic<B: Backend>(
             }
             if !seen {
                 removed.push((token, p_c));
-                remaining -= p_c;
             }
         }
         break;
     }
 
     let mut row = target.narrow(0, node, 1);
-    if !removed.is_empty() && remaining > f64::from(RESIDUAL_FLOOR_F32) {
+    if !removed.is_empty() {
         // Zero the removed tokens by adding minus their probabilities (x + (−x) is exactly 0);
         // the probabilities are the device's own values, read back above.
         let n = removed.len();

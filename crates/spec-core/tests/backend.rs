@@ -398,6 +398,152 @@ fn check_errors<B: Backend>(device: &B::Device) {
     }
 }
 
+/// Seeds whose step uniforms reject one of `nodes`, each tested with a probability in
+/// `[1 − band.0, 1 − band.1)`: at least one of their uniforms is `≥ 1 − band.1` (rejected however
+/// the probability rounds) and none lies in that band (so f32 and f64 decide alike).
+fn rejecting_seeds(tree_len: usize, nodes: &[usize], band: (f64, f64), count: usize) -> Vec<u64> {
+    let (low, high) = (1.0 - band.0, 1.0 - band.1);
+    let mut seeds = Vec::new();
+    for seed in 0..50_000_000u64 {
+        let uniforms = SpecRng::new(seed).step_uniforms(tree_len);
+        let us = nodes.iter().map(|&n| uniforms.for_node(n));
+        if us.clone().any(|u| u >= high) && !us.clone().any(|u| (low..high).contains(&u)) {
+            seeds.push(seed);
+            if seeds.len() == count {
+                return seeds;
+            }
+        }
+    }
+    panic!(
+        "found only {} seeds rejecting a near-certain candidate",
+        seeds.len()
+    );
+}
+
+/// A deterministic candidate `x` of probability `1 − ε` (`ε` about 9.5e-7 and 1.2e-7) that its
+/// uniform rejects is never emitted: the residual of a point mass is `p` without `x`,
+/// renormalized, however little mass that leaves. Chains of such rows, and trees where each
+/// chain node also offers a sibling `y` (tested against the rest of the mass, where its exact
+/// probability is 1/3), on seeds picked to reject somewhere and on plain seeds; the backend's
+/// verdicts equal the reference's.
+fn check_near_certain_rejections<B: Backend>(device: &B::Device) {
+    let (vocab, x, y, depth) = (8, 5u32, 2u32, 512);
+    let config = SamplingConfig::with_temperature(1.0);
+    let verifier = Verifier::new(config).unwrap();
+    let chain = TokenTree::chain(0, &vec![x; depth]);
+    // The chain's nodes first (ids 1..=depth, so both shapes test x with the same uniforms),
+    // then a sibling after each.
+    let mut forked = chain.clone();
+    for parent in 0..depth {
+        forked.push(parent, y).unwrap();
+    }
+    let x_nodes: Vec<usize> = (1..=depth).collect();
+    // p(x) = 1 / (1 + 3 e^tail): 1 − 9.2e-7 and 1 − 1.2e-7 (in f32, 1 − 9.5e-7 and 1 − 1.2e-7).
+    for (tail, band, count) in [(-15.0f32, (1.2e-6, 6e-7), 6), (-17.0, (2e-7, 6e-8), 3)] {
+        let row: Vec<f32> = (0..vocab)
+            .map(|j| match j {
+                5 => 0.0,
+                1 | 2 | 6 => tail,
+                _ => f32::NEG_INFINITY,
+            })
+            .collect();
+        let picked = rejecting_seeds(forked.len(), &x_nodes, band, count);
+        for tree in [&chain, &forked] {
+            let logits: Vec<f32> = row.repeat(tree.len());
+            for (seed, must_reject) in picked
+                .iter()
+                .map(|&s| (s, true))
+                .chain((0..40).map(|s| (s, false)))
+            {
+                let got = verifier
+                    .verify_tree(
+                        tree,
+                        tensor::<B>(&logits, tree.len(), vocab, device),
+                        Proposal::Deterministic,
+                        &mut SpecRng::new(seed),
+                    )
+                    .unwrap();
+                let want = reference::verify_tree(
+                    &config,
+                    tree,
+                    &rows_f64(&logits, vocab),
+                    &HostProposal::Deterministic,
+                    &mut SpecRng::new(seed),
+                )
+                .unwrap();
+                let case = format!("tail {tail}, {} nodes, seed {seed}", tree.len());
+                let accepted_x = got.accepted.iter().filter(|&&n| n <= depth).count();
+                if must_reject {
+                    assert!(accepted_x < depth, "{case}: x was never rejected");
+                }
+                let last = got.last_node();
+                let rejected: Vec<u32> =
+                    tree.children(last).iter().map(|&c| tree.token(c)).collect();
+                assert!(
+                    !rejected.contains(&got.next_token),
+                    "{case}: the step ends with {}, a candidate it rejected at node {last}",
+                    got.next_token
+                );
+                assert_eq!(got, want, "{case}");
+            }
+        }
+    }
+}
+
+/// The smallest temperature `validate` accepts keeps rows with logits up to ±1e4 finite: each
+/// row is a point mass on its argmax (or an even split among tied maxima), on its own and with
+/// truncation, and sampling and verification run.
+fn check_smallest_temperature<B: Backend>(device: &B::Device) {
+    let vocab = 6;
+    let rows: [[f32; 6]; 4] = [
+        [1e4, -1e4, 0.0, 9_999.0, -3.0, f32::NEG_INFINITY],
+        [-1e4, -9_999.5, -1e4, -1e4, -1e4, -1e4],
+        [-1e4, 1e4, 1e4, -1e4, 2.5, 1e4 - 1.0],
+        [0.0, 1e-3, -1e-3, 0.0, f32::NEG_INFINITY, 1e4],
+    ];
+    let flat = rows.as_flattened();
+    let t = SamplingConfig::with_temperature(sampling::MIN_TEMPERATURE);
+    for config in [t, t.top_p(0.9), t.top_k(2).min_p(0.1)] {
+        let got = read_rows(
+            sampling::probabilities(tensor::<B>(flat, rows.len(), vocab, device), &config).unwrap(),
+        );
+        for (row, (got, logits)) in got.iter().zip(rows_f64(flat, vocab)).enumerate() {
+            let want = reference::probabilities(&logits, &config, Source::Target, row).unwrap();
+            assert!(
+                got.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-6),
+                "{config:?} row {row}: {got:?} vs {want:?}"
+            );
+        }
+        let tokens = sampling::sample_logits(
+            tensor::<B>(flat, rows.len(), vocab, device),
+            &config,
+            &mut SpecRng::new(3),
+            Source::Target,
+        )
+        .unwrap();
+        assert_eq!(tokens[..2], [0, 1], "{config:?}");
+        assert!([1, 2].contains(&tokens[2]), "{config:?}: {tokens:?}");
+        assert_eq!(tokens[3], 5, "{config:?}");
+        // Rows 0 and 1 accept their candidates; row 2 accepts token 1 or, rejecting it, ends
+        // with the other tied token; row 3 gives the bonus.
+        let tree = TokenTree::chain(0, &[0, 1, 1]);
+        let verdict = Verifier::new(config)
+            .unwrap()
+            .verify_tree(
+                &tree,
+                tensor::<B>(flat, rows.len(), vocab, device),
+                Proposal::Deterministic,
+                &mut SpecRng::new(4),
+            )
+            .unwrap();
+        let tokens = verdict.tokens(&tree);
+        assert!(
+            tokens == [0, 1, 2] || tokens == [0, 1, 1, 5],
+            "{config:?}: {tokens:?}"
+        );
+    }
+}
+
 /// A tree with no drafts still ends the step with one token from the root's distribution.
 fn check_empty_tree<B: Backend>(device: &B::Device) {
     let logits = [0.0f32, 5.0, f32::NEG_INFINITY];
@@ -612,6 +758,16 @@ macro_rules! backend_tests {
             #[test]
             fn truncation_edges_match_reference() {
                 check_truncation_edges::<B>(&$device);
+            }
+
+            #[test]
+            fn rejected_near_certain_candidate_is_never_emitted() {
+                check_near_certain_rejections::<B>(&$device);
+            }
+
+            #[test]
+            fn smallest_temperature_gives_finite_probabilities() {
+                check_smallest_temperature::<B>(&$device);
             }
 
             #[test]

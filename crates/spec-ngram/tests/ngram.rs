@@ -11,6 +11,7 @@ use burn::tensor::{Tensor, TensorData};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use spec_core::error::Source;
+use spec_core::metrics::Metrics;
 use spec_core::reference;
 use spec_core::rng::SpecRng;
 use spec_core::sampling::SamplingConfig;
@@ -473,6 +474,14 @@ fn greedy_equals_plain_on_smollm2() {
     }
     let bigram = counts.finish();
     let options = GenerateOptions::new(32, SamplingConfig::greedy());
+    // Drafts proposed and accepted by each drafter over both prompts: exactness alone would also
+    // hold for a drafter that never drafts.
+    let mut drafts: HashMap<String, (u64, u64)> = HashMap::new();
+    let mut record = |name: String, metrics: &Metrics| {
+        let (drafted, accepted) = drafts.entry(name).or_default();
+        *drafted += metrics.drafted;
+        *accepted += metrics.accepted;
+    };
     for text in texts {
         let prompt = tokenizer.encode(text, true).unwrap();
         let plain = generate_plain(&loaded.model, &prompt, &options, &mut |_| {}).unwrap();
@@ -480,6 +489,7 @@ fn greedy_equals_plain_on_smollm2() {
         let spec = generate_speculative(&loaded.model, &mut lookup, &prompt, &options, &mut |_| {})
             .unwrap();
         assert_eq!(spec.tokens, plain.tokens, "prompt lookup on {text:?}");
+        record("prompt lookup".into(), &spec.metrics);
         let mut adaptive = adaptive_lookup();
         let spec =
             generate_speculative(&loaded.model, &mut adaptive, &prompt, &options, &mut |_| {})
@@ -488,6 +498,7 @@ fn greedy_equals_plain_on_smollm2() {
             spec.tokens, plain.tokens,
             "adaptive prompt lookup on {text:?}"
         );
+        record("adaptive prompt lookup".into(), &spec.metrics);
         for config in [BigramConfig::fixed(2), BigramConfig::adaptive()] {
             let mut drafter =
                 BigramDrafter::<B>::new(bigram.clone(), vocab, config, &device).unwrap();
@@ -495,7 +506,15 @@ fn greedy_equals_plain_on_smollm2() {
                 generate_speculative(&loaded.model, &mut drafter, &prompt, &options, &mut |_| {})
                     .unwrap();
             assert_eq!(spec.tokens, plain.tokens, "bigram {config:?} on {text:?}");
+            record(format!("bigram {config:?}"), &spec.metrics);
         }
+    }
+    assert_eq!(drafts.len(), 4, "{drafts:?}");
+    for (name, (drafted, accepted)) in &drafts {
+        assert!(
+            *drafted > 0 && *accepted > 0,
+            "{name}: {drafted} drafted, {accepted} accepted"
+        );
     }
 }
 
