@@ -105,6 +105,11 @@
 //!   superblock's 16 scales as two words and its step, all in the panels.
 
 mod activations;
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+// Elsewhere the same entry points run the portable loop.
+#[cfg(not(target_arch = "x86_64"))]
+#[path = "avx2_fallback.rs"]
 mod avx2;
 mod error;
 mod ops;

@@ -510,7 +510,7 @@ mod simd_imp {
     use std::ops::Range;
 
     use super::{Inputs, Lanes, Portable, attend_heads, scores_each, weighted_sum_each};
-    use crate::avx2::imp::{pair_halves, split_halves};
+    use crate::avx2::{pair_halves, split_halves};
 
     /// `ln 2` split so that `n · LN2_HI` is exact for the `n` [`exp`] meets.
     const LN2_HI: f32 = 0.693_145_75;

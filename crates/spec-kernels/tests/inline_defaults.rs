@@ -2,21 +2,45 @@
 //!
 //! A default method is compiled once, as a function of its own without the target features of
 //! the `vectorize` call that runs it; the SIMD intrinsics inlined into it then become calls, one
-//! per instruction. Attention's two paired defaults (`Lanes::scores_pair`,
-//! `Lanes::weighted_sum_pair`) did so on every CPU without AVX-512, where no override replaces
+//! per instruction. Without the attribute, attention's two paired defaults (`Lanes::scores_pair`,
+//! `Lanes::weighted_sum_pair`) do so on every CPU without AVX-512, where no override replaces
 //! them: plain decoding of SmolLM2 ran at 45.6 tok/s instead of 109.2 on an AVX2-only EPYC
-//! (docs/benchmarks.md, fifty-third session). Nothing else catches it: the bits are the same.
+//! (docs/benchmarks.md, "Attention's paired defaults ran as calls on every CPU without
+//! AVX-512"). Nothing else catches it: the bits are the same.
+//!
+//! The scan reads every `.rs` file under the crate's `src`, module directories included (the
+//! AVX2 kernel's traits lie in `src/avx2/`).
 
-use std::path::Path;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 
-/// Whether `line` (trimmed) opens a trait's body.
-fn opens_trait(line: &str) -> bool {
+/// The name of the trait whose body `line` (trimmed) opens, if it opens one.
+fn opens_trait(line: &str) -> Option<&str> {
     let rest = ["pub(crate) ", "pub(super) ", "pub ", ""]
         .iter()
         .find_map(|visibility| line.strip_prefix(visibility))
         .unwrap_or(line);
     let rest = rest.strip_prefix("unsafe ").unwrap_or(rest);
-    rest.starts_with("trait ") && line.ends_with('{')
+    let name = rest
+        .strip_prefix("trait ")
+        .filter(|_| line.ends_with('{'))?;
+    name.split(|c: char| !c.is_alphanumeric() && c != '_')
+        .next()
+}
+
+/// The `.rs` files under `dir`, in every subdirectory, sorted.
+fn sources(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("a source directory") {
+        let path = entry.expect("a directory entry").path();
+        if path.is_dir() {
+            files.extend(sources(&path));
+        } else if path.extension().is_some_and(|ext| ext == "rs") {
+            files.push(path);
+        }
+    }
+    files.sort();
+    files
 }
 
 /// Whether the `fn` whose signature starts at `lines[0]` has a body (a default) rather than
@@ -40,41 +64,43 @@ fn attributes_above<'a>(lines: &[&'a str]) -> impl Iterator<Item = &'a str> {
 
 #[test]
 fn every_default_method_of_a_kernel_trait_is_inline_always() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files: Vec<_> = std::fs::read_dir(&src)
-        .expect("the crate's src directory")
-        .map(|entry| entry.expect("a directory entry").path())
-        .filter(|path| path.extension().is_some_and(|ext| ext == "rs"))
-        .collect();
-    files.sort();
+    let files = sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
     let (mut defaults, mut missing) = (0, Vec::new());
+    // The traits in which a default method was found.
+    let mut with_defaults = BTreeSet::new();
     for path in &files {
         let text = std::fs::read_to_string(path).expect("a source file");
         let lines: Vec<&str> = text.lines().collect();
         let mut depth = 0i64;
-        // The depth outside the trait being read, if any.
-        let mut trait_at: Option<i64> = None;
+        // The trait being read and the depth outside it, if any.
+        let mut trait_at: Option<(&str, i64)> = None;
         for (i, line) in lines.iter().enumerate() {
             let trimmed = line.trim();
-            if trait_at.is_none() && opens_trait(trimmed) {
-                trait_at = Some(depth);
-            } else if trait_at.is_some() && trimmed.starts_with("fn ") && has_body(&lines[i..]) {
+            if let (None, Some(name)) = (trait_at, opens_trait(trimmed)) {
+                trait_at = Some((name, depth));
+            } else if let Some((name, _)) = trait_at
+                && trimmed.starts_with("fn ")
+                && has_body(&lines[i..])
+            {
                 defaults += 1;
+                with_defaults.insert(name.to_owned());
                 if !attributes_above(&lines[..i]).any(|a| a == "#[inline(always)]") {
                     missing.push(format!("{}:{}: {trimmed}", path.display(), i + 1));
                 }
             }
             depth += line.matches('{').count() as i64 - line.matches('}').count() as i64;
-            if trait_at.is_some_and(|outside| depth <= outside) {
+            if trait_at.is_some_and(|(_, outside)| depth <= outside) {
                 trait_at = None;
             }
         }
     }
-    // `Lanes`' two pairs, `RoundOps::half_sums`, `IntDot::paired` and `GroupRow`'s three when
-    // this was written: fewer means the scan no longer finds them.
+    // `Lanes`' two pairs (ops.rs), `RoundOps::half_sums` (activations.rs), `Row::hint`
+    // (avx2/rows.rs), `IntDot::paired` and `GroupRow`'s three (avx2/grouped.rs): fewer, or one
+    // of these traits missing, means the scan misses them.
+    let expected = ["GroupRow", "IntDot", "Lanes", "RoundOps", "Row"];
     assert!(
-        defaults >= 7,
-        "found {defaults} default methods in {files:?}"
+        defaults >= 8 && expected.iter().all(|name| with_defaults.contains(*name)),
+        "found {defaults} default methods, in {with_defaults:?}, in {files:?}"
     );
     assert!(
         missing.is_empty(),
