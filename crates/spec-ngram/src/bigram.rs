@@ -205,6 +205,34 @@ impl BigramModel {
         out
     }
 
+    /// Up to `k` likely next tokens after `prev`, most likely first (lower index on ties), with
+    /// their probabilities, without building the row: the likeliest of the observed followers
+    /// and the most frequent unigram token. The first is the row's argmax ([`BigramModel::top`]);
+    /// an unobserved frequent token may outrank a rare follower and not be listed.
+    pub fn top_k(&self, prev: u32, k: usize) -> Vec<(u32, f64)> {
+        let u = |b: u32| f64::from(self.log_unigram[b as usize]).exp();
+        let (c, t) = self
+            .row_totals
+            .get(prev as usize)
+            .copied()
+            .unwrap_or((0, 0));
+        let (top_unigram, u_top) = self.top_unigram;
+        if c == 0 {
+            return vec![(top_unigram, u_top)].into_iter().take(k).collect();
+        }
+        let denom = (c + t) as f64;
+        let mut candidates: Vec<(u32, f64)> = self
+            .followers(prev)
+            .map(|(b, cab)| (b, (f64::from(cab) + t as f64 * u(b)) / denom))
+            .collect();
+        if candidates.iter().all(|&(b, _)| b != top_unigram) {
+            candidates.push((top_unigram, t as f64 * u_top / denom));
+        }
+        candidates.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        candidates.truncate(k);
+        candidates
+    }
+
     /// The most likely next token after `prev` (lowest index on ties).
     pub fn argmax(&self, prev: u32) -> u32 {
         self.top(prev).0
@@ -422,6 +450,23 @@ mod tests {
         }
         // Token 4 never occurs as a previous token: the unigram row, argmax = token 1.
         assert_eq!(model.argmax(4), 1);
+    }
+
+    #[test]
+    fn top_k_lists_the_likeliest_followers_in_order() {
+        let m = small();
+        for prev in 0..m.vocab_size() as u32 {
+            let row: Vec<f64> = m.log_row(prev).iter().map(|&l| f64::from(l).exp()).collect();
+            let top = m.top_k(prev, 3);
+            assert!(!top.is_empty());
+            assert_eq!(top[0].0, m.top(prev).0, "after {prev}");
+            for w in top.windows(2) {
+                assert!(w[0].1 >= w[1].1);
+            }
+            for &(b, q) in &top {
+                assert!((row[b as usize] - q).abs() < 1e-5, "q({b} | {prev})");
+            }
+        }
     }
 
     #[test]

@@ -138,6 +138,24 @@ impl NgramIndex {
         })
     }
 
+    /// The most recent earlier occurrence of the sequence's last `n` tokens for every `n` from
+    /// `n_max` down to `n_min` that has one, each continuation start once: the candidate
+    /// continuations a token tree can hold as branches.
+    pub fn find_each(&self) -> Vec<LookupMatch> {
+        let len = self.tokens.len();
+        let mut found: Vec<LookupMatch> = Vec::new();
+        for n in (self.n_min..=self.n_max.min(len)).rev() {
+            let suffix = &self.tokens[len - n..];
+            let Some(&start) = self.maps[n - self.n_min].get(&hash(suffix)) else {
+                continue;
+            };
+            if self.tokens[start - n..start] == *suffix && found.iter().all(|m| m.start != start) {
+                found.push(LookupMatch { n, start });
+            }
+        }
+        found
+    }
+
     /// Up to `max` tokens from `start` (a match's continuation).
     pub fn continuation(&self, start: usize, max: usize) -> &[u32] {
         let start = start.min(self.tokens.len());
@@ -549,6 +567,27 @@ mod tests {
         // No match at all.
         index.push(77);
         assert_eq!(index.find(), None);
+    }
+
+    #[test]
+    fn each_ngram_size_gives_its_latest_match_once() {
+        let mut index = NgramIndex::new(1, 3).unwrap();
+        // "2 3" last before 9, "3" last before 8, "1 2 3" last before 7.
+        index.extend(&[1, 2, 3, 7, 5, 2, 3, 9, 4, 3, 8, 1, 2, 3]);
+        let each = index.find_each();
+        assert_eq!(
+            each,
+            vec![
+                LookupMatch { n: 3, start: 3 },
+                LookupMatch { n: 2, start: 7 },
+                LookupMatch { n: 1, start: 10 },
+            ]
+        );
+        assert_eq!(each[0], index.find().unwrap());
+        // Sizes whose latest match is the same occurrence give it once.
+        let mut index = NgramIndex::new(1, 3).unwrap();
+        index.extend(&[1, 2, 3, 7, 1, 2, 3]);
+        assert_eq!(index.find_each(), vec![LookupMatch { n: 3, start: 3 }]);
     }
 
     #[test]
