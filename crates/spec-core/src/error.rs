@@ -34,6 +34,10 @@ pub enum SpecError {
     Shape(String),
     #[error("tree node {parent} does not exist (the tree has {len} nodes)")]
     NoSuchNode { parent: NodeId, len: usize },
+    #[error(
+        "drafted token {token} at tree node {node} was drawn without replacement, but an earlier sibling drawn that way holds it already"
+    )]
+    RepeatedDraw { node: NodeId, token: u32 },
 }
 
 /// Which model's numbers an error is about.

@@ -4,12 +4,17 @@
 //! It is written for clarity, not speed: full vectors, no batching. Its tree walk takes a
 //! [`Chooser`], so the same code runs on seeded uniforms ([`UniformChooser`]) or explores every
 //! random branch with its probability (`tests/analytic.rs`).
+//!
+//! The backend path of per-child proposals ([`crate::verify::Proposal::PerChild`]) walks the
+//! rows it reads back with this walk's rule too, so that rule has one implementation; the
+//! backend's agreement with the reference then checks what surrounds it (the rows, the floor,
+//! the draws), and `tests/analytic.rs` and `tests/statistical.rs` check the rule itself.
 
 use crate::error::{Result, Source, SpecError};
 use crate::rng::{SpecRng, StepUniforms, accepts};
 use crate::sampling::SamplingConfig;
-use crate::tree::{NodeId, ROOT, TokenTree};
-use crate::verify::Verdict;
+use crate::tree::{ChildDraw, NodeId, ROOT, TokenTree};
+use crate::verify::{Verdict, check_per_child};
 
 /// Below this mass the residual of a sampled proposal is taken to have rounded away and `p` is
 /// used instead. Mathematically that residual is empty only when `p ≤ q` everywhere, and then no
@@ -102,9 +107,15 @@ pub fn argmax(xs: &[f64]) -> usize {
 
 /// `norm(max(0, p − q))`, or `p` when that residual has (numerically) no mass.
 pub fn residual(p: &[f64], q: &[f64]) -> Vec<f64> {
+    residual_with_floor(p, q, RESIDUAL_FLOOR_F64)
+}
+
+/// [`residual`] with the mass below which the residual counts as empty given: rows read back
+/// from f32 carry f32 rounding, so the device path walks them with its own floor.
+pub(crate) fn residual_with_floor(p: &[f64], q: &[f64], floor: f64) -> Vec<f64> {
     let d: Vec<f64> = p.iter().zip(q).map(|(a, b)| (a - b).max(0.0)).collect();
     let mass: f64 = d.iter().sum();
-    if mass <= RESIDUAL_FLOOR_F64 {
+    if mass <= floor {
         return p.to_vec();
     }
     d.into_iter().map(|x| x / mass).collect()
@@ -174,58 +185,201 @@ pub enum HostProposal {
     Sampled(Vec<Vec<f64>>),
     /// The children are fixed candidates: each is a point mass.
     Deterministic,
+    /// Each node drawn its own way: `draws[n]` says how node `n` was drawn from its parent
+    /// (`draws[ROOT]` is unused), `q[n]` is the draft's distribution at node `n`, needed for every
+    /// node with a child that is not [`ChildDraw::Fixed`]. See
+    /// [`crate::verify::Proposal::PerChild`].
+    PerChild {
+        q: Option<Vec<Vec<f64>>>,
+        draws: Vec<ChildDraw>,
+    },
+}
+
+/// How each node was drawn: one way for every node, or one per node.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Draws<'a> {
+    All(ChildDraw),
+    Each(&'a [ChildDraw]),
+}
+
+impl Draws<'_> {
+    fn of(&self, node: NodeId) -> ChildDraw {
+        match self {
+            Draws::All(draw) => *draw,
+            Draws::Each(draws) => draws[node],
+        }
+    }
+}
+
+/// Where a walk ends.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Walked {
+    /// Accepted nodes from the root's child down.
+    pub(crate) accepted: Vec<NodeId>,
+    /// The residual to draw the final token from, where every child of the last node was
+    /// rejected; `None` after a leaf, where the bonus token is drawn from the target's row.
+    pub(crate) residual: Option<Vec<f64>>,
+}
+
+impl Walked {
+    pub(crate) fn last_node(&self) -> NodeId {
+        self.accepted.last().copied().unwrap_or(ROOT)
+    }
 }
 
 /// The verification walk on processed distributions: `target[n]` is the target's distribution
 /// of the token after node `n`.
 ///
-/// At each node the children are tried in order. A child `c` drawn from `q` is accepted with
-/// probability `min(1, r(c) / q(c))`, where `r` starts as the target's distribution and becomes
-/// `norm(max(0, r − q))` after each rejection (SpecInfer's multi-step speculative sampling; for a
-/// point mass this removes the rejected token). An accepted child becomes the current node. When
-/// every child is rejected the step ends with a draw from `r`; at a leaf, from the target's
-/// distribution there (the bonus token).
+/// At each node the children are tried in order, with `r` starting as the target's distribution
+/// there and `q_cur` as the draft's row `q`:
+/// - a [`ChildDraw::Fixed`] child `x` (every child of [`HostProposal::Deterministic`]) is
+///   accepted with probability `r(x)`; on rejection `r` loses `x` and is renormalized (exact,
+///   however little mass is left; a repeated candidate is never accepted twice);
+/// - a [`ChildDraw::Iid`] child (every child of [`HostProposal::Sampled`]) is accepted with
+///   probability `min(1, r(x) / q(x))`; on rejection `r ← norm(max(0, r − q))` (SpecInfer's
+///   multi-step speculative sampling);
+/// - a [`ChildDraw::WithoutReplacement`] child is accepted with probability
+///   `min(1, r(x) / q_cur(x))`; on rejection `r ← norm(max(0, r − q_cur))`, then `q_cur` loses
+///   `x` and is renormalized.
+///
+/// An accepted child becomes the current node. When every child is rejected the step ends with a
+/// draw from `r`; at a leaf, from the target's distribution there (the bonus token). The module
+/// docs of [`crate::verify`] prove the rule exact.
 pub fn walk<C: Chooser>(
     tree: &TokenTree,
     target: &[Vec<f64>],
     proposal: &HostProposal,
     chooser: &mut C,
 ) -> Result<Verdict> {
+    if target.len() < tree.len() {
+        return Err(SpecError::Shape(format!(
+            "{} target rows for a tree of {} nodes",
+            target.len(),
+            tree.len()
+        )));
+    }
+    let (q, draws) = match proposal {
+        HostProposal::Sampled(q) => (Some(q.as_slice()), Draws::All(ChildDraw::Iid)),
+        HostProposal::Deterministic => (None, Draws::All(ChildDraw::Fixed)),
+        HostProposal::PerChild { q, draws } => {
+            check_per_child(tree, draws, q.as_ref().map(Vec::len))?;
+            (q.as_deref(), Draws::Each(draws))
+        }
+    };
+    let walked = walk_rows(tree, target, q, draws, RESIDUAL_FLOOR_F64, chooser)?;
+    let row = walked
+        .residual
+        .as_deref()
+        .unwrap_or(&target[walked.last_node()]);
+    let next_token = chooser.choose(row) as u32;
+    Ok(Verdict {
+        accepted: walked.accepted,
+        next_token,
+    })
+}
+
+/// The rule of [`walk`] up to the final draw. Only the rows of the nodes it visits are read:
+/// `target[n]` for internal nodes, `q[n]` for nodes with a drawn child (`None` where no node has
+/// one); the others may be empty. `floor` is the residual floor of drawn children
+/// ([`RESIDUAL_FLOOR_F64`] for f64 rows).
+pub(crate) fn walk_rows<C: Chooser>(
+    tree: &TokenTree,
+    target: &[Vec<f64>],
+    q: Option<&[Vec<f64>]>,
+    draws: Draws<'_>,
+    floor: f64,
+    chooser: &mut C,
+) -> Result<Walked> {
     let mut node = ROOT;
     let mut accepted = Vec::new();
     'descend: loop {
+        let children = tree.children(node);
+        if children.is_empty() {
+            return Ok(Walked {
+                accepted,
+                residual: None,
+            });
+        }
         let mut r = target[node].clone();
-        for &child in tree.children(node) {
+        if r.iter().any(|x| x.is_nan()) {
+            return Err(SpecError::NonFiniteLogits {
+                what: Source::Target,
+                row: node,
+            });
+        }
+        let drawn = children.iter().any(|&c| draws.of(c) != ChildDraw::Fixed);
+        let q_row = if drawn {
+            Some(draft_row(q, node, r.len())?)
+        } else {
+            None
+        };
+        // The draft's row without the tokens of the node's rejected WithoutReplacement children.
+        let mut q_cur: Option<Vec<f64>> = None;
+        for &child in children {
             let token = tree.token(child) as usize;
-            let probability = match proposal {
-                HostProposal::Sampled(q) => {
-                    let q_token = q[node][token];
-                    if q_token <= 0.0 {
+            let draw = draws.of(child);
+            if draw == ChildDraw::WithoutReplacement && q_cur.is_none() {
+                q_cur = q_row.map(<[f64]>::to_vec);
+            }
+            let from = match draw {
+                ChildDraw::Fixed => None,
+                ChildDraw::Iid => q_row,
+                ChildDraw::WithoutReplacement => q_cur.as_deref(),
+            };
+            let probability = match from {
+                None => r[token].min(1.0),
+                Some(from) => {
+                    if from[token] <= 0.0 {
                         return Err(SpecError::ImpossibleDraft {
                             node: child,
                             token: token as u32,
                         });
                     }
-                    (r[token] / q_token).min(1.0)
+                    (r[token] / from[token]).min(1.0)
                 }
-                HostProposal::Deterministic => r[token].min(1.0),
             };
             if probability >= 1.0 || chooser.accept(child, probability) {
                 accepted.push(child);
                 node = child;
                 continue 'descend;
             }
-            r = match proposal {
-                HostProposal::Sampled(q) => residual(&r, &q[node]),
-                HostProposal::Deterministic => remove_token(&r, token),
+            r = match from {
+                None => remove_token(&r, token),
+                Some(from) => residual_with_floor(&r, from, floor),
             };
+            if draw == ChildDraw::WithoutReplacement
+                && let Some(q_cur) = &mut q_cur
+            {
+                *q_cur = remove_token(q_cur, token);
+            }
         }
-        let next_token = chooser.choose(&r) as u32;
-        return Ok(Verdict {
+        return Ok(Walked {
             accepted,
-            next_token,
+            residual: Some(r),
         });
     }
+}
+
+/// The draft's row at `node`, checked: present, of the target's width, without NaN.
+fn draft_row(q: Option<&[Vec<f64>]>, node: NodeId, vocab: usize) -> Result<&[f64]> {
+    let row = q.and_then(|q| q.get(node)).ok_or_else(|| {
+        SpecError::Shape(format!(
+            "node {node} has drawn children but no draft distribution"
+        ))
+    })?;
+    if row.len() != vocab {
+        return Err(SpecError::Shape(format!(
+            "draft row {node} has {} entries, the target's {vocab}",
+            row.len()
+        )));
+    }
+    if row.iter().any(|x| x.is_nan()) {
+        return Err(SpecError::NonFiniteLogits {
+            what: Source::Draft,
+            row: node,
+        });
+    }
+    Ok(row)
 }
 
 /// Greedy verification: follow the child that equals the target's argmax; the argmax where no
@@ -261,6 +415,21 @@ pub fn verify_tree(
     rng: &mut SpecRng,
 ) -> Result<Verdict> {
     config.validate()?;
+    if let HostProposal::PerChild { q, draws } = proposal {
+        check_per_child(tree, draws, q.as_ref().map(Vec::len))?;
+        let vocab = target_logits.first().map_or(0, Vec::len);
+        if let Some((row, entries)) = q
+            .iter()
+            .flatten()
+            .map(Vec::len)
+            .enumerate()
+            .find(|&(_, entries)| entries != vocab)
+        {
+            return Err(SpecError::Shape(format!(
+                "draft row {row} has {entries} entries, the target's {vocab}"
+            )));
+        }
+    }
     let uniforms = rng.step_uniforms(tree.len());
     for (row, logits) in target_logits.iter().enumerate() {
         probabilities(logits, config, Source::Target, row)?;
@@ -323,6 +492,84 @@ mod tests {
                 next_token: 1
             }
         );
+    }
+
+    #[test]
+    fn a_child_without_replacement_is_tested_against_the_draft_without_earlier_draws() {
+        // 0 ─┬─ 1 (token 0)
+        //    └─ 2 (token 2)
+        let mut tree = TokenTree::new(0);
+        tree.push(ROOT, 0).unwrap();
+        tree.push(ROOT, 2).unwrap();
+        let target = vec![vec![0.2, 0.5, 0.3]; 3];
+        let q = vec![vec![0.6, 0.2, 0.2]; 3];
+        // Node 1 is accepted with 0.2 / 0.6 and rejected by 0.9: r = [0, 0.75, 0.25]. Node 2
+        // is then accepted with 0.25 / 0.5 (q without token 0) and rejected by 0.7; the residual
+        // max(0, r − [0, 0.5, 0.5]) is token 1 alone. Drawn i.i.d., node 2 would pass with
+        // min(1, 0.25 / 0.2) = 1.
+        let uniforms = StepUniforms {
+            acceptance: vec![0.9, 0.7],
+            final_draw: 0.99,
+        };
+        let run = |second| {
+            let proposal = HostProposal::PerChild {
+                q: Some(q.clone()),
+                draws: vec![ChildDraw::Fixed, ChildDraw::WithoutReplacement, second],
+            };
+            walk(&tree, &target, &proposal, &mut UniformChooser(&uniforms)).unwrap()
+        };
+        assert_eq!(
+            run(ChildDraw::WithoutReplacement),
+            Verdict {
+                accepted: vec![],
+                next_token: 1
+            }
+        );
+        assert_eq!(run(ChildDraw::Iid).accepted, vec![2]);
+    }
+
+    #[test]
+    fn per_child_structure_errors() {
+        let mut tree = TokenTree::new(0);
+        tree.push(ROOT, 1).unwrap();
+        tree.push(ROOT, 1).unwrap();
+        let target = vec![vec![0.5, 0.5]; 3];
+        let uniforms = StepUniforms {
+            acceptance: vec![0.5, 0.5],
+            final_draw: 0.5,
+        };
+        let run = |q: Option<Vec<Vec<f64>>>, draws: Vec<ChildDraw>| {
+            let proposal = HostProposal::PerChild { q, draws };
+            walk(&tree, &target, &proposal, &mut UniformChooser(&uniforms))
+        };
+        let (iid, wor, fixed) = (
+            ChildDraw::Iid,
+            ChildDraw::WithoutReplacement,
+            ChildDraw::Fixed,
+        );
+        assert!(matches!(
+            run(None, vec![fixed, iid, fixed]),
+            Err(SpecError::Shape(_))
+        ));
+        assert!(matches!(
+            run(Some(vec![]), vec![fixed, fixed, wor]),
+            Err(SpecError::Shape(_))
+        ));
+        assert!(matches!(
+            run(None, vec![fixed, fixed]),
+            Err(SpecError::Shape(_))
+        ));
+        assert_eq!(
+            run(Some(vec![vec![0.5, 0.5]]), vec![fixed, wor, wor]),
+            Err(SpecError::RepeatedDraw { node: 2, token: 1 })
+        );
+        assert_eq!(
+            run(Some(vec![vec![1.0, 0.0]]), vec![fixed, fixed, iid]),
+            Err(SpecError::ImpossibleDraft { node: 2, token: 1 })
+        );
+        // Two fixed candidates, or a fixed one and a draw, may share a token.
+        assert!(run(None, vec![fixed, fixed, fixed]).is_ok());
+        assert!(run(Some(vec![vec![0.5, 0.5]]), vec![fixed, wor, iid]).is_ok());
     }
 
     #[test]

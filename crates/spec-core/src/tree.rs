@@ -16,6 +16,20 @@ pub type NodeId = usize;
 /// The root of every tree.
 pub const ROOT: NodeId = 0;
 
+/// How a drafted node was drawn from its parent; see [`crate::verify::Proposal::PerChild`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ChildDraw {
+    /// From the parent's draft distribution `q`, independently of its siblings (SpecInfer).
+    Iid,
+    /// From the parent's `q` with the tokens of the earlier `WithoutReplacement` siblings removed
+    /// and renormalized: sampling without replacement (Recursive Speculative Decoding, Jeon et
+    /// al. 2024). Siblings drawn this way hold distinct tokens.
+    WithoutReplacement,
+    /// A point mass fixed in advance (prompt lookup, top-k, merged candidates); it may depend on
+    /// the earlier siblings' tokens, never on a draw of its own.
+    Fixed,
+}
+
 /// A tree of drafted tokens. Children keep the order in which they were added, which is the
 /// order verification tries them in.
 #[derive(Debug, Clone, PartialEq, Eq)]

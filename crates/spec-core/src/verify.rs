@@ -2,18 +2,46 @@
 //! 2023) and trees (SpecInfer, Miao et al. 2024), greedy and sampled.
 //!
 //! The rule is stated on [`crate::reference::walk`], which this module reproduces on the same
-//! uniforms. The full-vocabulary distributions stay on the device; a step reads back two small
-//! tensors: the target's and draft's probabilities of the drafted tokens (one per child), then the
-//! final token drawn on the device by inverse CDF.
+//! uniforms. For [`Proposal::Sampled`] and [`Proposal::Deterministic`] the full-vocabulary
+//! distributions stay on the device; a step reads back two small tensors: the target's and
+//! draft's probabilities of the drafted tokens (one per child), then the final token drawn on the
+//! device by inverse CDF.
+//!
+//! [`Proposal::PerChild`] reads back whole rows, in one transaction: the target's row of every
+//! internal node and the draft's row of every node with a drawn (not fixed) child, `(internal +
+//! drawn) × vocab` f32 values (a tree with 4 internal nodes over Qwen's 151,936-entry vocabulary:
+//! 8 rows, 4.9 MB). The walk then runs on the host, in f64 on those f32 values, with the
+//! reference's rule and uniforms; a step that rejects every child of a node draws its last token
+//! there on the host, and a step that reaches a leaf draws the bonus token on the device from
+//! the leaf's row (a second read back of one token).
+//!
+//! # Exactness of the per-child rule
+//! Fix a node whose children `x_1, …, x_m` are tried in order, child `x_i` drawn from `q_i` given
+//! the earlier ones: the draft's row for [`ChildDraw::Iid`], that row without the earlier
+//! without-replacement siblings for [`ChildDraw::WithoutReplacement`], the point mass `δ_x` for
+//! [`ChildDraw::Fixed`] (for which `min(1, r(x) / q_i(x))` is `r(x)` and `norm(max(0, r − q_i))`
+//! is `r` without `x`, renormalized: the fixed rule is this one). Claim: trying `x_i, …, x_m`
+//! with residual `r` ends in a token of law `r`, for every `r`. By induction on the children
+//! left: with none, the step draws from `r`. Otherwise `x_i = x` comes with probability
+//! `q_i(x)` and is accepted with probability `min(1, r(x) / q_i(x))`, so `x` is emitted this way
+//! with probability `min(r, q_i)(x)`; the rest, `1 − Σ min(r, q_i) = Σ max(0, r − q_i)`,
+//! continues with `r' = norm(max(0, r − q_i))` whatever `x_i` was (`r'` depends on `q_i`, not
+//! on `x_i`; the later draws may depend on `x_i`, as without-replacement draws do, and so may
+//! the number of children), which by induction ends in law `r'`. In all:
+//! `min(r, q_i) + Σ max(0, r − q_i) · r' = min(r, q_i) + max(0, r − q_i) = r`. Starting from the
+//! target's `p` at the node, the first token has law `p`; an accepted child starts the same walk
+//! at its own node, so every token of the step follows the target's conditional. Where
+//! `max(0, r − q_i)` has no mass, rejection has probability 0 and `r'` is never used.
 
 use burn::tensor::{IndexingUpdateOp, Int, Tensor, TensorData, Transaction, backend::Backend};
 
 use crate::error::{Result, Source, SpecError};
+use crate::reference::{self, Draws, UniformChooser, walk_rows};
 use crate::rng::{SpecRng, StepUniforms, accepts};
 use crate::sampling::{
     SamplingConfig, inverse_cdf, probabilities_unchecked, read_greedy, read_samples, read2,
 };
-use crate::tree::{NodeId, ROOT, TokenTree};
+use crate::tree::{ChildDraw, NodeId, ROOT, TokenTree};
 
 /// Below this mass (f32 on the device) the residual of a sampled proposal is taken to have
 /// rounded away and `p` is used instead; see [`crate::reference::RESIDUAL_FLOOR_F64`] for why.
@@ -29,6 +57,72 @@ pub enum Proposal<B: Backend> {
     Sampled(Tensor<B, 2>),
     /// The children are fixed candidates (prompt lookup, top-k heads): each is a point mass.
     Deterministic,
+    /// Each node drawn its own way: `draws[n]` says how node `n` was drawn from its parent
+    /// (`draws[ROOT]` is unused; one entry per tree node). `q` `[rows, vocab]` holds the draft's
+    /// distribution at node `n` in row `n` for every node with a child that is not
+    /// [`ChildDraw::Fixed`]; it may be `None` when every drafted node is fixed. Siblings may mix
+    /// the three ways; the module docs prove the rule exact.
+    PerChild {
+        q: Option<Tensor<B, 2>>,
+        draws: Vec<ChildDraw>,
+    },
+}
+
+/// Checks the structure of a per-child proposal: one draw per tree node, a draft row for every
+/// node with a drawn child (`q_rows`: the rows given, `None` for no draft distributions), and
+/// distinct tokens among the siblings drawn without replacement.
+pub(crate) fn check_per_child(
+    tree: &TokenTree,
+    draws: &[ChildDraw],
+    q_rows: Option<usize>,
+) -> Result<()> {
+    if draws.len() != tree.len() {
+        return Err(SpecError::Shape(format!(
+            "{} child draws for a tree of {} nodes",
+            draws.len(),
+            tree.len()
+        )));
+    }
+    if let Some(&node) = drawn_parents(tree, draws).last() {
+        match q_rows {
+            None => {
+                return Err(SpecError::Shape(format!(
+                    "node {node} has drawn children but the proposal has no draft distributions"
+                )));
+            }
+            Some(rows) if rows <= node => {
+                return Err(SpecError::Shape(format!(
+                    "draft distributions have {rows} rows; node {node} has drawn children"
+                )));
+            }
+            Some(_) => {}
+        }
+    }
+    for node in 0..tree.len() {
+        let mut drawn: Vec<u32> = Vec::new();
+        for &child in tree.children(node) {
+            if draws[child] == ChildDraw::WithoutReplacement {
+                let token = tree.token(child);
+                if drawn.contains(&token) {
+                    return Err(SpecError::RepeatedDraw { node: child, token });
+                }
+                drawn.push(token);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Nodes with a child that is not fixed, in node order: those whose draft row is read.
+fn drawn_parents(tree: &TokenTree, draws: &[ChildDraw]) -> Vec<NodeId> {
+    tree.internal_nodes()
+        .into_iter()
+        .filter(|&n| {
+            tree.children(n)
+                .iter()
+                .any(|&c| draws[c] != ChildDraw::Fixed)
+        })
+        .collect()
 }
 
 /// The outcome of one verification step.
@@ -118,6 +212,17 @@ impl Verifier {
                 )));
             }
         }
+        if let Proposal::PerChild { q, draws } = &proposal {
+            let dims = q.as_ref().map(Tensor::dims);
+            check_per_child(tree, draws, dims.map(|[rows, _]| rows))?;
+            if let Some([q_rows, q_vocab]) = dims
+                && q_vocab != vocab
+            {
+                return Err(SpecError::Shape(format!(
+                    "draft distributions are [{q_rows}, {q_vocab}]; the target's vocabulary has {vocab} entries"
+                )));
+            }
+        }
         let uniforms = rng.step_uniforms(tree.len());
         if self.config.is_greedy() {
             return verify_greedy(tree, target_logits);
@@ -126,6 +231,7 @@ impl Verifier {
         match proposal {
             Proposal::Sampled(q) => verify_sampled(tree, target, q, &uniforms),
             Proposal::Deterministic => verify_deterministic(tree, target, &uniforms),
+            Proposal::PerChild { q, draws } => verify_per_child(tree, target, q, &draws, &uniforms),
         }
     }
 }
@@ -385,4 +491,80 @@ fn verify_deterministic<B: Backend>(
         accepted,
         next_token: draw(row, uniforms)?,
     })
+}
+
+/// Children drawn each their own way: the rows the walk may read are read back in one
+/// transaction and walked on the host with the reference's rule (see the module docs), with the
+/// device's residual floor, [`RESIDUAL_FLOOR_F32`], since the rows carry f32 rounding.
+fn verify_per_child<B: Backend>(
+    tree: &TokenTree,
+    target: Tensor<B, 2>,
+    q: Option<Tensor<B, 2>>,
+    draws: &[ChildDraw],
+    uniforms: &StepUniforms,
+) -> Result<Verdict> {
+    let device = target.device();
+    let vocab = target.dims()[1];
+    let internal = tree.internal_nodes();
+    let drawn = drawn_parents(tree, draws);
+    // Each select gets an index tensor of its own (see `child_column`).
+    let index = |nodes: &[NodeId]| {
+        let ids: Vec<i64> = nodes.iter().map(|&n| n as i64).collect();
+        Tensor::<B, 1, Int>::from_data(TensorData::new(ids, [nodes.len()]), &device)
+    };
+    let mut target_rows = vec![Vec::new(); tree.len()];
+    let mut q_rows = vec![Vec::new(); tree.len()];
+    if !internal.is_empty() {
+        let target_at = target.clone().select(0, index(&internal));
+        let (target_data, q_data) = match &q {
+            Some(q) if !drawn.is_empty() => {
+                let [t, d] = read2(
+                    Transaction::default()
+                        .register(target_at)
+                        .register(q.clone().select(0, index(&drawn))),
+                );
+                (t, Some(d))
+            }
+            _ => (target_at.into_data(), None),
+        };
+        scatter_rows(&mut target_rows, &internal, &target_data, vocab);
+        if let Some(q_data) = &q_data {
+            scatter_rows(&mut q_rows, &drawn, q_data, vocab);
+        }
+    }
+
+    let walked = walk_rows(
+        tree,
+        &target_rows,
+        q.is_some().then_some(q_rows.as_slice()),
+        Draws::Each(draws),
+        f64::from(RESIDUAL_FLOOR_F32),
+        &mut UniformChooser(uniforms),
+    )?;
+    let next_token = match &walked.residual {
+        Some(r) => {
+            // Never empty: a rejection leaves mass (see `reference::remove_token` and the floor).
+            let total: f64 = r.iter().sum();
+            if !(total > 0.0 && total.is_finite()) {
+                return Err(SpecError::NonFiniteLogits {
+                    what: Source::Target,
+                    row: walked.last_node(),
+                });
+            }
+            reference::inverse_cdf(r, uniforms.final_draw) as u32
+        }
+        None => draw(target.narrow(0, walked.last_node(), 1), uniforms)?,
+    };
+    Ok(Verdict {
+        accepted: walked.accepted,
+        next_token,
+    })
+}
+
+/// Puts the rows of `data` (`[nodes.len(), vocab]`) at `rows[nodes[i]]`, as f64.
+fn scatter_rows(rows: &mut [Vec<f64>], nodes: &[NodeId], data: &TensorData, vocab: usize) {
+    let values: Vec<f64> = data.iter::<f64>().collect();
+    for (&node, row) in nodes.iter().zip(values.chunks(vocab)) {
+        rows[node] = row.to_vec();
+    }
 }

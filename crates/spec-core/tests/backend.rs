@@ -13,7 +13,7 @@ use spec_core::error::{Source, SpecError};
 use spec_core::reference::{self, HostProposal};
 use spec_core::rng::SpecRng;
 use spec_core::sampling::{self, SamplingConfig};
-use spec_core::tree::{ROOT, TokenTree};
+use spec_core::tree::{ChildDraw, ROOT, TokenTree};
 use spec_core::verify::{Proposal, Verifier};
 
 fn configs() -> Vec<SamplingConfig> {
@@ -809,3 +809,312 @@ backend_tests!(
     burn::backend::cuda::CudaDevice::default(),
     600
 );
+
+/// A random tree whose nodes are drawn each their own way from `q` (rows per node): i.i.d.,
+/// without replacement (from the parent's row without its earlier such siblings' tokens; a
+/// parent with nothing left gets a fixed child instead) or fixed (any token).
+fn random_per_child_tree(
+    rng: &mut ChaCha8Rng,
+    q: &[Vec<f64>],
+    nodes: usize,
+    vocab: usize,
+) -> (TokenTree, Vec<ChildDraw>) {
+    let mut tree = TokenTree::new(rng.random_range(0..vocab as u32));
+    let mut draws = vec![ChildDraw::Fixed];
+    let mut left: Vec<Vec<f64>> = q.to_vec();
+    let chain = rng.random_bool(0.2);
+    for n in 1..=nodes {
+        let parent = if chain { n - 1 } else { rng.random_range(0..n) };
+        let mut draw = [
+            ChildDraw::Iid,
+            ChildDraw::WithoutReplacement,
+            ChildDraw::Fixed,
+        ][rng.random_range(0..3)];
+        if draw == ChildDraw::WithoutReplacement && left[parent].iter().sum::<f64>() <= 0.0 {
+            draw = ChildDraw::Fixed;
+        }
+        let token = match draw {
+            ChildDraw::Iid => reference::inverse_cdf(&q[parent], rng.random::<f64>()),
+            ChildDraw::WithoutReplacement => {
+                let token = reference::inverse_cdf(&left[parent], rng.random::<f64>());
+                left[parent][token] = 0.0;
+                token
+            }
+            ChildDraw::Fixed => rng.random_range(0..vocab),
+        };
+        tree.push(parent, token as u32).unwrap();
+        draws.push(draw);
+    }
+    (tree, draws)
+}
+
+/// Per-child proposals: backend verdicts equal reference verdicts on the same uniforms, over
+/// random trees mixing the three ways of drawing, every sampling setting and vocabularies up to
+/// 300, drafting from random rows or from the target's own. Where every drawn child is i.i.d. (or every child fixed) the verdict also equals the one
+/// of `Proposal::Sampled` (or `Deterministic`).
+fn check_per_child_verification<B: Backend>(device: &B::Device, cases: usize) {
+    let mut rng = ChaCha8Rng::seed_from_u64(2025);
+    let (mut accepted_total, mut host_draws, mut leaf_draws, mut same_as_special) = (0, 0, 0, 0);
+    for case in 0..cases {
+        let vocab = [2usize, 5, 16, 50, 300][case % 5];
+        let config = configs()[rng.random_range(0..configs().len())];
+        let nodes = rng.random_range(0..10usize);
+        let target_logits = random_logits(&mut rng, nodes + 1, vocab);
+        // Drafting from the target's own rows now and then: long accepted paths.
+        let draft_logits = if rng.random_bool(0.3) {
+            target_logits.clone()
+        } else {
+            random_logits(&mut rng, nodes + 1, vocab)
+        };
+        let q_tensor = sampling::probabilities(
+            tensor::<B>(&draft_logits, nodes + 1, vocab, device),
+            &config,
+        )
+        .unwrap();
+        let q = read_rows(q_tensor.clone());
+        let (tree, draws) = random_per_child_tree(&mut rng, &q, nodes, vocab);
+        let all_fixed = draws[1..].iter().all(|&d| d == ChildDraw::Fixed);
+        // Without draft rows where none is needed, now and then.
+        let with_q = !all_fixed || rng.random_bool(0.5);
+
+        let seed = rng.random::<u64>();
+        let verifier = Verifier::new(config).unwrap();
+        let verify = |proposal: Proposal<B>| {
+            verifier.verify_tree(
+                &tree,
+                tensor::<B>(&target_logits, tree.len(), vocab, device),
+                proposal,
+                &mut SpecRng::new(seed),
+            )
+        };
+        let got = verify(Proposal::PerChild {
+            q: with_q.then(|| q_tensor.clone()),
+            draws: draws.clone(),
+        });
+        let want = reference::verify_tree(
+            &config,
+            &tree,
+            &rows_f64(&target_logits, vocab),
+            &HostProposal::PerChild {
+                q: with_q.then(|| q.clone()),
+                draws: draws.clone(),
+            },
+            &mut SpecRng::new(seed),
+        );
+        let what = format!("case {case}: {config:?}, draws {draws:?}, tree {tree:?}");
+        assert_eq!(got, want, "{what}");
+        let verdict = got.unwrap();
+        accepted_total += verdict.accepted.len();
+        if !config.is_greedy() {
+            if tree.children(verdict.last_node()).is_empty() {
+                leaf_draws += 1;
+            } else {
+                host_draws += 1;
+            }
+        }
+        let special = if all_fixed {
+            Some(Proposal::Deterministic)
+        } else if draws[1..].iter().all(|&d| d == ChildDraw::Iid) {
+            Some(Proposal::Sampled(q_tensor.clone()))
+        } else {
+            None
+        };
+        if let Some(special) = special {
+            assert_eq!(verify(special).unwrap(), verdict, "{what}");
+            same_as_special += 1;
+        }
+    }
+    assert!(
+        accepted_total > cases / 4,
+        "only {accepted_total} accepted drafts in {cases} cases"
+    );
+    eprintln!(
+        "{accepted_total} accepted, {host_draws} residual draws, {leaf_draws} bonus draws, {same_as_special} special cases in {cases} cases"
+    );
+    // Both ends of a step are exercised: the host's draw from a residual, the device's bonus.
+    assert!(
+        host_draws > cases / 10 && leaf_draws > cases / 10 && same_as_special > cases / 20,
+        "{host_draws} residual draws, {leaf_draws} bonus draws, {same_as_special} special cases in {cases} cases"
+    );
+}
+
+/// Per-child proposals that cannot be verified are typed errors, the same on the backend and in
+/// the reference.
+fn check_per_child_errors<B: Backend>(device: &B::Device) {
+    let vocab = 6;
+    let config = SamplingConfig::with_temperature(1.0);
+    let verifier = Verifier::new(config).unwrap();
+    let (iid, wor, fixed) = (
+        ChildDraw::Iid,
+        ChildDraw::WithoutReplacement,
+        ChildDraw::Fixed,
+    );
+    // 0 ─┬─ 1 ── 3
+    //    └─ 2
+    let mut tree = TokenTree::new(0);
+    for (parent, token) in [(ROOT, 1), (ROOT, 2), (1, 3)] {
+        tree.push(parent, token).unwrap();
+    }
+    let logits = vec![0.5f32; tree.len() * vocab];
+    let mut q = vec![1.0f32 / 6.0; 2 * vocab];
+    let shape = |e: &Result<_, SpecError>| matches!(e, Err(SpecError::Shape(_)));
+    let always_shape = |e: &Result<_, SpecError>, _greedy| shape(e);
+    let check = |q: Option<(Vec<f32>, usize, usize)>,
+                 draws: Vec<ChildDraw>,
+                 expected: &dyn Fn(&Result<_, SpecError>, bool) -> bool| {
+        for greedy in [false, true] {
+            let config = if greedy {
+                SamplingConfig::greedy()
+            } else {
+                config
+            };
+            let verifier = Verifier::new(config).unwrap();
+            let got = verifier.verify_tree(
+                &tree,
+                tensor::<B>(&logits, tree.len(), vocab, device),
+                Proposal::PerChild {
+                    q: q.as_ref()
+                        .map(|(v, rows, cols)| tensor::<B>(v, *rows, *cols, device)),
+                    draws: draws.clone(),
+                },
+                &mut SpecRng::new(3),
+            );
+            let want = reference::verify_tree(
+                &config,
+                &tree,
+                &rows_f64(&logits, vocab),
+                &HostProposal::PerChild {
+                    q: q.as_ref().map(|(v, _, cols)| rows_f64(v, *cols)),
+                    draws: draws.clone(),
+                },
+                &mut SpecRng::new(3),
+            );
+            assert!(expected(&got, greedy), "{draws:?} greedy {greedy}: {got:?}");
+            // Structure is checked whatever the settings (the messages of shape errors name
+            // tensors or rows); the draft's values only by a sampled walk.
+            if shape(&got) {
+                assert!(shape(&want), "{draws:?} greedy {greedy}: {want:?}");
+            } else if !greedy {
+                assert_eq!(got, want, "{draws:?} greedy {greedy}");
+            }
+        }
+    };
+    let rows = |v: &[f32], rows| Some((v.to_vec(), rows, vocab));
+    // No draft rows although node 0 and node 1 have drawn children; too few rows; another
+    // vocabulary; a draw per node missing.
+    check(None, vec![fixed, iid, fixed, wor], &always_shape);
+    check(
+        rows(&q[..vocab], 1),
+        vec![fixed, fixed, fixed, wor],
+        &always_shape,
+    );
+    check(
+        Some((vec![0.25; 8], 2, 4)),
+        vec![fixed, iid, iid, fixed],
+        &always_shape,
+    );
+    check(rows(&q, 2), vec![fixed, iid, iid], &always_shape);
+    // Without replacement, twice the same token: node 4 repeats node 1's token 1.
+    let mut repeated = tree.clone();
+    repeated.push(ROOT, 1).unwrap();
+    let logits5 = vec![0.5f32; repeated.len() * vocab];
+    for greedy in [false, true] {
+        let config = if greedy {
+            SamplingConfig::greedy()
+        } else {
+            config
+        };
+        let got = Verifier::new(config).unwrap().verify_tree(
+            &repeated,
+            tensor::<B>(&logits5, repeated.len(), vocab, device),
+            Proposal::PerChild {
+                q: Some(tensor::<B>(&q, 2, vocab, device)),
+                draws: vec![fixed, wor, iid, fixed, wor],
+            },
+            &mut SpecRng::new(3),
+        );
+        assert_eq!(got, Err(SpecError::RepeatedDraw { node: 4, token: 1 }));
+        let want = reference::verify_tree(
+            &config,
+            &repeated,
+            &rows_f64(&logits5, vocab),
+            &HostProposal::PerChild {
+                q: Some(rows_f64(&q, vocab)),
+                draws: vec![fixed, wor, iid, fixed, wor],
+            },
+            &mut SpecRng::new(3),
+        );
+        assert_eq!(got, want);
+    }
+    // The same token fixed and drawn is fine: only draws without replacement exclude each other.
+    let ok = verifier.verify_tree(
+        &repeated,
+        tensor::<B>(&logits5, repeated.len(), vocab, device),
+        Proposal::PerChild {
+            q: Some(tensor::<B>(&q, 2, vocab, device)),
+            draws: vec![fixed, fixed, iid, fixed, wor],
+        },
+        &mut SpecRng::new(3),
+    );
+    assert!(ok.is_ok(), "{ok:?}");
+    // A drawn token the draft gave probability 0 (token 1 in row 0), and a draft row of NaN.
+    q[1] = 0.0;
+    q[0] = 1.0 / 3.0;
+    check(rows(&q, 2), vec![fixed, wor, fixed, fixed], &|e, greedy| {
+        greedy && e.is_ok() || *e == Err(SpecError::ImpossibleDraft { node: 1, token: 1 })
+    });
+    let nan = vec![f32::NAN; 2 * vocab];
+    check(
+        rows(&nan, 2),
+        vec![fixed, iid, fixed, fixed],
+        &|e, greedy| {
+            let nan_row = SpecError::NonFiniteLogits {
+                what: Source::Draft,
+                row: 0,
+            };
+            greedy && e.is_ok() || *e == Err(nan_row)
+        },
+    );
+}
+
+#[cfg(feature = "flex")]
+#[test]
+fn flex_per_child_verification_matches_reference() {
+    check_per_child_verification::<burn::backend::Flex>(&Default::default(), 1000);
+}
+
+#[cfg(feature = "flex")]
+#[test]
+fn flex_per_child_bad_input_is_a_typed_error() {
+    check_per_child_errors::<burn::backend::Flex>(&Default::default());
+}
+
+#[cfg(feature = "wgpu")]
+#[test]
+fn wgpu_per_child_verification_matches_reference() {
+    check_per_child_verification::<burn::backend::Wgpu>(
+        &burn::backend::wgpu::WgpuDevice::default(),
+        150,
+    );
+}
+
+#[cfg(feature = "wgpu")]
+#[test]
+fn wgpu_per_child_bad_input_is_a_typed_error() {
+    check_per_child_errors::<burn::backend::Wgpu>(&burn::backend::wgpu::WgpuDevice::default());
+}
+
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_per_child_verification_matches_reference() {
+    check_per_child_verification::<burn::backend::Cuda>(
+        &burn::backend::cuda::CudaDevice::default(),
+        1000,
+    );
+}
+
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_per_child_bad_input_is_a_typed_error() {
+    check_per_child_errors::<burn::backend::Cuda>(&burn::backend::cuda::CudaDevice::default());
+}

@@ -2,6 +2,11 @@
 //! seeded RNG; the empirical joint law of the 3 tokens must be within the 99.9% total-variation
 //! bound of the exact law, which is the product of the target's (processed) conditionals.
 //!
+//! Chains and trees of one kind of child use `Proposal::Sampled` / `Deterministic`; trees whose
+//! nodes draw their children each their own way (i.i.d., without replacement, fixed, mixed) use
+//! `Proposal::PerChild`. Run in release (`cargo test -p spec-core --release`): each check is
+//! 200,000 generations.
+//!
 //! Bound: with `n` runs over cells of probability `p_i`, E[TV] ≤ ½ Σ √(p_i (1 − p_i) / n)
 //! (Jensen), and TV moves by at most 1/n per run, so P(TV ≥ E[TV] + ε) ≤ exp(−2nε²)
 //! (McDiarmid). With δ = 0.001: bound = ½ Σ √(p_i (1 − p_i) / n) + √(ln(1/δ) / (2n)).
@@ -17,7 +22,7 @@ use spec_core::error::Source;
 use spec_core::reference::{self, HostProposal};
 use spec_core::rng::SpecRng;
 use spec_core::sampling::SamplingConfig;
-use spec_core::tree::{NodeId, ROOT, TokenTree};
+use spec_core::tree::{ChildDraw, NodeId, ROOT, TokenTree};
 use spec_core::verify::{Proposal, Verdict, Verifier};
 
 const VOCAB: usize = 8;
@@ -70,6 +75,35 @@ enum Shape {
     SampledTree(usize),
     /// Every node up to depth 2 gets the draft's `n` most likely tokens as fixed candidates.
     TopTree(usize),
+    /// The root's children follow `root`, each of theirs `below` (depth 2), verified with
+    /// `Proposal::PerChild`.
+    PerChild {
+        root: &'static [Kid],
+        below: &'static [Kid],
+    },
+}
+
+/// How one child of a [`Shape::PerChild`] tree is drafted.
+#[derive(Clone, Copy, Debug)]
+enum Kid {
+    /// From the parent's draft distribution, independently of its siblings.
+    Iid,
+    /// From the parent's draft distribution without the earlier `Wor` siblings' tokens.
+    Wor,
+    /// The draft's `i`-th most likely token (0 = the most likely), a fixed candidate.
+    Top(usize),
+}
+
+impl Shape {
+    /// How the children of a node at depth `level` are drafted.
+    fn kids(self, level: usize) -> Vec<Kid> {
+        match self {
+            Shape::Chain(_) => vec![Kid::Iid],
+            Shape::SampledTree(n) => vec![Kid::Iid; n],
+            Shape::TopTree(n) => (0..n).map(Kid::Top).collect(),
+            Shape::PerChild { root, below } => if level == 0 { root } else { below }.to_vec(),
+        }
+    }
 }
 
 /// One verification step: the implementation under test.
@@ -78,7 +112,7 @@ trait Engine {
         &mut self,
         tree: &TokenTree,
         target_logits: &[Vec<f64>],
-        q: Option<&[Vec<f64>]>,
+        proposal: &HostProposal,
         rng: &mut SpecRng,
     ) -> Verdict;
 }
@@ -90,13 +124,10 @@ impl Engine for Reference {
         &mut self,
         tree: &TokenTree,
         target_logits: &[Vec<f64>],
-        q: Option<&[Vec<f64>]>,
+        proposal: &HostProposal,
         rng: &mut SpecRng,
     ) -> Verdict {
-        let proposal = q.map_or(HostProposal::Deterministic, |q| {
-            HostProposal::Sampled(q.to_vec())
-        });
-        reference::verify_tree(&self.0, tree, target_logits, &proposal, rng).unwrap()
+        reference::verify_tree(&self.0, tree, target_logits, proposal, rng).unwrap()
     }
 }
 
@@ -107,14 +138,21 @@ impl<B: burn::tensor::backend::Backend> Engine for Backend<B> {
         &mut self,
         tree: &TokenTree,
         target_logits: &[Vec<f64>],
-        q: Option<&[Vec<f64>]>,
+        proposal: &HostProposal,
         rng: &mut SpecRng,
     ) -> Verdict {
         let tensor = |rows: &[Vec<f64>]| {
             let flat: Vec<f32> = rows.iter().flatten().map(|&x| x as f32).collect();
             Tensor::<B, 2>::from_data(TensorData::new(flat, [rows.len(), VOCAB]), &self.1)
         };
-        let proposal = q.map_or(Proposal::Deterministic, |q| Proposal::Sampled(tensor(q)));
+        let proposal = match proposal {
+            HostProposal::Sampled(q) => Proposal::Sampled(tensor(q)),
+            HostProposal::Deterministic => Proposal::Deterministic,
+            HostProposal::PerChild { q, draws } => Proposal::PerChild {
+                q: q.as_deref().map(tensor),
+                draws: draws.clone(),
+            },
+        };
         self.0
             .verify_tree(tree, tensor(target_logits), proposal, rng)
             .unwrap()
@@ -129,10 +167,10 @@ impl Engine for ResampleFromP {
         &mut self,
         tree: &TokenTree,
         target_logits: &[Vec<f64>],
-        q: Option<&[Vec<f64>]>,
+        proposal: &HostProposal,
         rng: &mut SpecRng,
     ) -> Verdict {
-        let verdict = Reference(self.0).step(tree, target_logits, q, rng);
+        let verdict = Reference(self.0).step(tree, target_logits, proposal, rng);
         let node = verdict.last_node();
         if tree.children(node).is_empty() {
             return verdict;
@@ -142,6 +180,35 @@ impl Engine for ResampleFromP {
             next_token: reference::inverse_cdf(&p, rng.uniform()) as u32,
             ..verdict
         }
+    }
+}
+
+/// A rule that is *not* exact: children drawn without replacement verified as if drawn i.i.d.
+/// (the draft's row never loses the tokens already drawn).
+struct WithoutReplacementAsIid(SamplingConfig);
+
+impl Engine for WithoutReplacementAsIid {
+    fn step(
+        &mut self,
+        tree: &TokenTree,
+        target_logits: &[Vec<f64>],
+        proposal: &HostProposal,
+        rng: &mut SpecRng,
+    ) -> Verdict {
+        let proposal = match proposal {
+            HostProposal::PerChild { q, draws } => HostProposal::PerChild {
+                q: q.clone(),
+                draws: draws
+                    .iter()
+                    .map(|&d| match d {
+                        ChildDraw::WithoutReplacement => ChildDraw::Iid,
+                        other => other,
+                    })
+                    .collect(),
+            },
+            other => other.clone(),
+        };
+        Reference(self.0).step(tree, target_logits, &proposal, rng)
     }
 }
 
@@ -168,15 +235,17 @@ fn run(engine: &mut dyn Engine, config: SamplingConfig, shape: Shape, runs: usiz
                 c.extend(tree.path_to(node).iter().map(|&n| tree.token(n)));
                 c
             };
-            // Draft the tree, keeping q at every node.
+            // Draft the tree, keeping q at every node and how each node was drawn.
             let mut tree = TokenTree::new(*context.last().unwrap_or(&BOS));
             let mut q_rows: Vec<Vec<f64>> = Vec::new();
+            let mut draws = vec![ChildDraw::Fixed];
             let mut frontier = vec![ROOT];
-            let (depth, width) = match shape {
-                Shape::Chain(k) => (k, 1),
-                Shape::SampledTree(n) | Shape::TopTree(n) => (2, n),
+            let depth = match shape {
+                Shape::Chain(k) => k,
+                Shape::SampledTree(_) | Shape::TopTree(_) | Shape::PerChild { .. } => 2,
             };
-            for _ in 0..depth {
+            for level in 0..depth {
+                let kids = shape.kids(level);
                 let mut next = Vec::new();
                 for &node in &frontier {
                     let q = draft.probs(&context_of(&tree, node), &config);
@@ -184,18 +253,28 @@ fn run(engine: &mut dyn Engine, config: SamplingConfig, shape: Shape, runs: usiz
                         q_rows.push(vec![0.0; VOCAB]);
                     }
                     q_rows[node] = q.clone();
-                    let tokens: Vec<u32> = match shape {
-                        Shape::TopTree(_) => {
-                            let mut order: Vec<usize> = (0..VOCAB).collect();
-                            order.sort_by(|&a, &b| q[b].total_cmp(&q[a]).then(a.cmp(&b)));
-                            order.iter().take(width).map(|&t| t as u32).collect()
-                        }
-                        _ => (0..width)
-                            .map(|_| reference::inverse_cdf(&q, draft_rng.random()) as u32)
-                            .collect(),
-                    };
-                    for token in tokens {
+                    let mut order: Vec<usize> = (0..VOCAB).collect();
+                    order.sort_by(|&a, &b| q[b].total_cmp(&q[a]).then(a.cmp(&b)));
+                    let mut q_cur = q.clone();
+                    for &kid in &kids {
+                        let (token, draw) = match kid {
+                            Kid::Top(i) => (order[i] as u32, ChildDraw::Fixed),
+                            Kid::Iid => (
+                                reference::inverse_cdf(&q, draft_rng.random()) as u32,
+                                ChildDraw::Iid,
+                            ),
+                            Kid::Wor => {
+                                if q_cur.iter().sum::<f64>() <= 0.0 {
+                                    // Nothing left to draw: fewer children.
+                                    continue;
+                                }
+                                let t = reference::inverse_cdf(&q_cur, draft_rng.random());
+                                q_cur[t] = 0.0;
+                                (t as u32, ChildDraw::WithoutReplacement)
+                            }
+                        };
                         next.push(tree.push(node, token).unwrap_or(ROOT));
+                        draws.push(draw);
                     }
                 }
                 frontier = next;
@@ -203,9 +282,15 @@ fn run(engine: &mut dyn Engine, config: SamplingConfig, shape: Shape, runs: usiz
             let target_logits: Vec<Vec<f64>> = (0..tree.len())
                 .map(|n| target.logits(&context_of(&tree, n)))
                 .collect();
-            let q = matches!(shape, Shape::Chain(_) | Shape::SampledTree(_))
-                .then_some(q_rows.as_slice());
-            let verdict = engine.step(&tree, &target_logits, q, &mut rng);
+            let proposal = match shape {
+                Shape::Chain(_) | Shape::SampledTree(_) => HostProposal::Sampled(q_rows),
+                Shape::TopTree(_) => HostProposal::Deterministic,
+                Shape::PerChild { .. } => HostProposal::PerChild {
+                    q: Some(q_rows),
+                    draws,
+                },
+            };
+            let verdict = engine.step(&tree, &target_logits, &proposal, &mut rng);
             sequence.extend(verdict.tokens(&tree));
         }
         let cell = sequence[..LENGTH]
@@ -250,6 +335,63 @@ fn settings() -> [SamplingConfig; 2] {
 }
 
 const RUNS: usize = 200_000;
+
+/// Temperature 1, and top-k with top-p, for the trees verified per child.
+fn tree_settings() -> [SamplingConfig; 2] {
+    let t1 = SamplingConfig::with_temperature(1.0);
+    [t1.seed(19), t1.top_k(5).top_p(0.9).seed(20)]
+}
+
+use Kid::{Iid, Top, Wor};
+
+/// Three children i.i.d. at the root, two at each of them.
+const IID_TREE: Shape = Shape::PerChild {
+    root: &[Iid, Iid, Iid],
+    below: &[Iid, Iid],
+};
+/// Three children without replacement at the root, two at each of them.
+const WOR_TREE: Shape = Shape::PerChild {
+    root: &[Wor, Wor, Wor],
+    below: &[Wor, Wor],
+};
+/// The draft's three most likely tokens at the root, its two most likely at each of them.
+const FIXED_TREE: Shape = Shape::PerChild {
+    root: &[Top(0), Top(1), Top(2)],
+    below: &[Top(0), Top(1)],
+};
+/// Two fixed and two without-replacement children at the root; i.i.d. and fixed below.
+const MIXED_TREE: Shape = Shape::PerChild {
+    root: &[Top(0), Top(1), Wor, Wor],
+    below: &[Iid, Top(0)],
+};
+
+#[test]
+fn reference_iid_per_child_tree() {
+    for config in tree_settings() {
+        assert_exact(&mut Reference(config), config, IID_TREE, RUNS);
+    }
+}
+
+#[test]
+fn reference_without_replacement_tree() {
+    for config in tree_settings() {
+        assert_exact(&mut Reference(config), config, WOR_TREE, RUNS);
+    }
+}
+
+#[test]
+fn reference_fixed_per_child_tree() {
+    for config in tree_settings() {
+        assert_exact(&mut Reference(config), config, FIXED_TREE, RUNS);
+    }
+}
+
+#[test]
+fn reference_mixed_tree() {
+    for config in tree_settings() {
+        assert_exact(&mut Reference(config), config, MIXED_TREE, RUNS);
+    }
+}
 
 #[test]
 fn reference_chain_k3() {
@@ -298,6 +440,34 @@ mod flex {
         let config = settings()[0];
         assert_exact(&mut engine(config), config, Shape::TopTree(2), RUNS);
     }
+
+    #[test]
+    fn flex_iid_per_child_tree() {
+        for config in tree_settings() {
+            assert_exact(&mut engine(config), config, IID_TREE, RUNS);
+        }
+    }
+
+    #[test]
+    fn flex_without_replacement_tree() {
+        for config in tree_settings() {
+            assert_exact(&mut engine(config), config, WOR_TREE, RUNS);
+        }
+    }
+
+    #[test]
+    fn flex_fixed_per_child_tree() {
+        for config in tree_settings() {
+            assert_exact(&mut engine(config), config, FIXED_TREE, RUNS);
+        }
+    }
+
+    #[test]
+    fn flex_mixed_tree() {
+        for config in tree_settings() {
+            assert_exact(&mut engine(config), config, MIXED_TREE, RUNS);
+        }
+    }
 }
 
 /// The test has power: resampling from p after a rejection (a classic mistake) is caught.
@@ -310,4 +480,26 @@ fn a_biased_rule_is_caught() {
         tv > 2.0 * bound,
         "the biased rule was not detected: TV {tv}, bound {bound}"
     );
+}
+
+/// The per-child test has power: children drawn without replacement but verified as i.i.d. are
+/// caught, on the tree of the exactness checks with top-k and top-p and on a wider one at
+/// temperature 1 (on the narrower one there the bias is about 1.8 bounds).
+#[test]
+fn without_replacement_verified_as_iid_is_caught() {
+    const WIDE_WOR_TREE: Shape = Shape::PerChild {
+        root: &[Wor, Wor, Wor, Wor],
+        below: &[Wor, Wor, Wor],
+    };
+    let [t1, truncated] = tree_settings();
+    for (shape, config) in [(WOR_TREE, truncated), (WIDE_WOR_TREE, t1)] {
+        let Outcome { tv, bound } = run(&mut WithoutReplacementAsIid(config), config, shape, RUNS);
+        eprintln!(
+            "without replacement as i.i.d., {shape:?} {config:?}: TV {tv:.5}, bound {bound:.5}"
+        );
+        assert!(
+            tv > 2.0 * bound,
+            "the wrong rule was not detected: TV {tv}, bound {bound}"
+        );
+    }
 }
