@@ -94,6 +94,8 @@ pub struct DraftRequest<'a, B: Backend> {
     /// The deepest tree allowed (the tokens still wanted, less the step's own token, and the
     /// room in the target's cache).
     pub max_depth: usize,
+    /// The most drafted nodes allowed: the room in the target's cache after the root.
+    pub max_nodes: usize,
     /// The settings the target is verified with; a sampling drafter draws with them.
     pub sampling: &'a SamplingConfig,
     /// The run's one random stream.
@@ -103,7 +105,8 @@ pub struct DraftRequest<'a, B: Backend> {
 
 impl<'a, B: Backend> DraftRequest<'a, B> {
     /// A request without the target: a drafter driven by hand (tests). [`DraftRequest::target`]
-    /// then fails.
+    /// then fails, and the tree may hold up to `max_depth` nodes a level (see
+    /// [`DraftRequest::with_max_nodes`]).
     pub fn new(
         context: &'a [u32],
         max_depth: usize,
@@ -113,10 +116,17 @@ impl<'a, B: Backend> DraftRequest<'a, B> {
         Self {
             context,
             max_depth,
+            max_nodes: max_depth.saturating_mul(max_depth.max(1)),
             sampling,
             rng,
             target: None,
         }
+    }
+
+    /// The request with at most `max_nodes` drafted nodes.
+    pub fn with_max_nodes(mut self, max_nodes: usize) -> Self {
+        self.max_nodes = max_nodes;
+        self
     }
 
     /// The request with the target lent to the drafter.

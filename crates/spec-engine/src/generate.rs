@@ -93,10 +93,12 @@ pub fn generate_speculative<B: Backend>(
             break;
         }
         let remaining = options.max_new_tokens - produced.len();
-        let max_depth = (remaining - 1).min(capacity - base - 1);
+        let room = capacity - base - 1;
+        let max_depth = (remaining - 1).min(room);
 
         let t = Instant::now();
         let request = DraftRequest::new(&context, max_depth, &options.sampling, &mut rng)
+            .with_max_nodes(room)
             .with_target(TargetView::new(target, &mut cache));
         let draft = drafter.draft(request);
         // Whatever the drafter ran on the target's cache goes; the context stays.
@@ -108,10 +110,15 @@ pub fn generate_speculative<B: Backend>(
             draft_forward_seconds += elapsed;
         }
         let tree = &draft.tree;
-        if tree.max_depth() > max_depth || tree.token(ROOT) != *context.last().unwrap_or(&0) {
+        if tree.max_depth() > max_depth
+            || tree.drafted() > room
+            || tree.token(ROOT) != *context.last().unwrap_or(&0)
+        {
             return Err(EngineError::Drafter(format!(
-                "{} proposed a tree of depth {} rooted at {} (allowed depth {max_depth}, root {:?})",
+                "{} proposed a tree of {} nodes, {} deep, rooted at {} (allowed: {room} nodes, \
+                 {max_depth} deep, root {:?})",
                 drafter.name(),
+                tree.drafted(),
                 tree.max_depth(),
                 tree.token(ROOT),
                 context.last()

@@ -456,7 +456,11 @@ mod tests {
     fn top_k_lists_the_likeliest_followers_in_order() {
         let m = small();
         for prev in 0..m.vocab_size() as u32 {
-            let row: Vec<f64> = m.log_row(prev).iter().map(|&l| f64::from(l).exp()).collect();
+            let row: Vec<f64> = m
+                .log_row(prev)
+                .iter()
+                .map(|&l| f64::from(l).exp())
+                .collect();
             let top = m.top_k(prev, 3);
             assert!(!top.is_empty());
             assert_eq!(top[0].0, m.top(prev).0, "after {prev}");

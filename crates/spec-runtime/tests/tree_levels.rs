@@ -143,8 +143,11 @@ fn a_tree_fed_level_by_level_scores_as_one_pass() {
 fn a_cached_span_longer_than_the_cache_or_a_bad_mask_is_an_error() {
     let m = model(Some(WeightFormat::F32));
     let mut cache = m.new_cache(64);
-    m.forward(ForwardRequest::tokens(&[1, 2]).logits(LogitRows::None), &mut cache)
-        .unwrap();
+    m.forward(
+        ForwardRequest::tokens(&[1, 2]).logits(LogitRows::None),
+        &mut cache,
+    )
+    .unwrap();
     let try_mask = |span: usize, mask: &[bool], cache: &mut _| {
         m.forward(
             ForwardRequest::tokens(&[3, 4])
