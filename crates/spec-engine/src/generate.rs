@@ -34,6 +34,35 @@ pub struct SpecGeneration {
     /// summed), the prompt's prefill excluded. For plain decoding (no drafts), divided by
     /// `metrics.steps`, the mean time of one decode step.
     pub step_seconds: f64,
+    /// The verification steps by width (tokens the target scored, root included): how many,
+    /// and their seconds, for a step's cost by width (a tree's width varies step by step).
+    pub steps_by_width: Vec<WidthSteps>,
+}
+
+/// Steps of one width and their total time.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct WidthSteps {
+    pub width: usize,
+    pub steps: u64,
+    pub seconds: f64,
+}
+
+/// Adds a step of `width` tokens that took `seconds` to `by_width` (kept sorted by width).
+fn record_width(by_width: &mut Vec<WidthSteps>, width: usize, seconds: f64) {
+    match by_width.binary_search_by_key(&width, |w| w.width) {
+        Ok(i) => {
+            by_width[i].steps += 1;
+            by_width[i].seconds += seconds;
+        }
+        Err(i) => by_width.insert(
+            i,
+            WidthSteps {
+                width,
+                steps: 1,
+                seconds,
+            },
+        ),
+    }
 }
 
 /// Generates after `prompt` with `drafter` proposing and `target` verifying. `on_tokens` sees
@@ -64,6 +93,7 @@ pub fn generate_speculative<B: Backend>(
     let mut metrics = Metrics::default();
     let (mut draft_seconds, mut target_seconds) = (0.0, 0.0);
     let (mut draft_forward_seconds, mut step_seconds) = (0.0, 0.0);
+    let mut steps_by_width = Vec::new();
 
     // Everything but the last prompt token goes in now; the last one is the first step's root.
     let split = prompt.len() - 1;
@@ -130,6 +160,7 @@ pub fn generate_speculative<B: Backend>(
         let outcome = step(target, &mut cache, &verifier, draft, needs, &mut rng)?;
         target_seconds += t.elapsed().as_secs_f64();
         step_seconds += outcome.seconds;
+        record_width(&mut steps_by_width, outcome.width(), outcome.seconds);
         metrics.record_step(&outcome.tree, &outcome.verdict);
 
         let mut new_tokens = outcome.verdict.tokens(&outcome.tree);
@@ -180,5 +211,6 @@ pub fn generate_speculative<B: Backend>(
         target_seconds,
         draft_forward_seconds,
         step_seconds,
+        steps_by_width,
     })
 }

@@ -29,7 +29,7 @@ mod step;
 use spec_runtime::RuntimeError;
 
 pub use drafter::{Draft, DraftRequest, Drafter, NoDraft, TargetView};
-pub use generate::{SpecGeneration, generate_speculative};
+pub use generate::{SpecGeneration, WidthSteps, generate_speculative};
 pub use spec_core::step::{StepNeeds, StepOutcome};
 pub use spec_core::tree::ROOT;
 pub use step::step;
