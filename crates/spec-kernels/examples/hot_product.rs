@@ -1,10 +1,10 @@
 //! One f32 product small enough to stay in L2, run over and over on one thread: how fast the
 //! tiles themselves go at each row count when memory is not what they wait on. Next to
 //! `model_products` (the same tiles with the weights streamed from memory) it tells a tile that
-//! issues too slowly from one that waits on memory: on the Zen 5 of the thirty-second session a
-//! 9-row product of the one-panel 16-lane tile ran at 25–31 GB/s here, no faster than one core
-//! streams weights from memory at the machine's faster moments (~32 GB/s: the 1.5B's one-row
-//! products in 97 ms on two cores), so its time at 9 rows did not shrink when memory got faster.
+//! issues too slowly from one that waits on memory. On a Zen 5 at 2c5975c a 9-row product of the
+//! one-panel 16-lane tile runs at 25–31 GB/s here, no faster than one core streams weights from
+//! memory at the machine's faster moments (~32 GB/s: the 1.5B's one-row products in 97 ms on two
+//! cores), so that tile's time at 9 rows does not shrink when memory gets faster.
 //!
 //! `cargo run --release -p spec-kernels --example hot_product [ROWS_OUT] [INPUTS] [ROWS] [REPS]
 //! [THREADS] [FORMAT]`: an output-rows × inputs matrix (default 32 × 1536, 196 KB in f32: a slice

@@ -5,11 +5,11 @@
 //! per instruction. Without the attribute, attention's two paired defaults (`Lanes::scores_pair`,
 //! `Lanes::weighted_sum_pair`) do so on every CPU without AVX-512, where no override replaces
 //! them: plain decoding of SmolLM2 ran at 45.6 tok/s instead of 109.2 on an AVX2-only EPYC
-//! (docs/benchmarks.md, "Attention's paired defaults ran as calls on every CPU without
-//! AVX-512"). Nothing else catches it: the bits are the same.
+//! (b112953; docs/notes/self-draft-overhead.md, "Trait defaults inlined"). Nothing else catches
+//! it: the bits are the same.
 //!
 //! The scan reads every `.rs` file under the crate's `src`, module directories included (the
-//! AVX2 kernel's traits lie in `src/avx2/`).
+//! AVX2 kernel's traits lie in `src/avx2/`, attention's `Lanes` in `src/ops/`).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -94,7 +94,7 @@ fn every_default_method_of_a_kernel_trait_is_inline_always() {
             }
         }
     }
-    // `Lanes`' two pairs (ops.rs), `RoundOps::half_sums` (activations.rs), `Row::hint`
+    // `Lanes`' two pairs (ops/lanes.rs), `RoundOps::half_sums` (activations.rs), `Row::hint`
     // (avx2/rows.rs), `IntDot::paired` and `GroupRow`'s three (avx2/grouped.rs): fewer, or one
     // of these traits missing, means the scan misses them.
     let expected = ["GroupRow", "IntDot", "Lanes", "RoundOps", "Row"];
