@@ -212,7 +212,10 @@ fn step_and_draft_forward_times_are_parts_of_the_totals() {
     assert_eq!(plain.draft_forward_seconds, 0.0);
     assert_eq!(plain.metrics.steps, 20);
     assert_eq!(plain.steps_by_width.len(), 1);
-    assert_eq!((plain.steps_by_width[0].width, plain.steps_by_width[0].steps), (1, 20));
+    assert_eq!(
+        (plain.steps_by_width[0].width, plain.steps_by_width[0].steps),
+        (1, 20)
+    );
     assert!((plain.steps_by_width[0].seconds - plain.step_seconds).abs() < 1e-12);
     assert!(plain.step_seconds > 0.0 && plain.step_seconds < plain.target_seconds);
 
@@ -233,7 +236,11 @@ fn step_and_draft_forward_times_are_parts_of_the_totals() {
     // Steps of every width add up to all the steps.
     let by_width: u64 = spec.steps_by_width.iter().map(|w| w.steps).sum();
     assert_eq!(by_width, spec.metrics.steps);
-    assert!(spec.steps_by_width.windows(2).all(|w| w[0].width < w[1].width));
+    assert!(
+        spec.steps_by_width
+            .windows(2)
+            .all(|w| w[0].width < w[1].width)
+    );
 
     // The decode counts leave out the first step's tokens: one in plain decoding, up to K + 1
     // (here 4, the script's first drafts all right) in a speculative one.
