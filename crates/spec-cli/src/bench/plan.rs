@@ -1,0 +1,340 @@
+//! What a run does: its methods grouped by target (plain decoding first in each group), the
+//! defaults of a run and of `--quick`, and each group's token count and prompts per category.
+
+use anyhow::{Result, bail};
+use spec_sampling::DraftLength;
+
+use super::args::BenchArgs;
+use crate::methods::BenchMethod;
+
+/// The default target of methods without a draft model, and of `--quick`.
+pub(super) const SMALL_TARGET: &str = "smollm2-135m";
+
+/// The default target and draft of methods that use a draft model (`sampling`).
+pub(super) const DRAFT_PAIR: (&str, &str) = ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b");
+
+/// Default run: methods, new tokens, prompts per category (see `docs/benchmarks.md` for why).
+/// `sampling` twice: at its default fixed `K` and with the length it picks itself.
+pub(super) const DEFAULT_METHODS: &str = "plain,prompt-lookup,bigram,sampling,sampling:k=auto";
+
+pub(super) const DEFAULT_MAX_NEW_TOKENS: usize = 48;
+
+pub(super) const DEFAULT_PER_CATEGORY: usize = 2;
+
+/// Targets of draft-model methods (Qwen2.5-Coder 1.5B by default, decoding 9.5-10.1 tok/s plain
+/// on the reference 2-core CPU against SmolLM2's 91-92) take one prompt per category, at the same
+/// length: shorter generations would leave the prefill and the first steps to dominate.
+pub(super) const DRAFT_GROUP_PER_CATEGORY: usize = 1;
+
+/// `--quick`: one prompt per category, fewer tokens, the n-gram methods on SmolLM2.
+pub(super) const QUICK_METHODS: &str = "plain,prompt-lookup";
+
+pub(super) const QUICK_MAX_NEW_TOKENS: usize = 32;
+
+/// One method on one target, as the run uses it.
+pub(super) struct PlannedMethod {
+    pub(super) method: BenchMethod,
+    pub(super) draft: Option<String>,
+}
+
+/// The plan: methods grouped by target (plain first in each group), prompts, settings.
+pub(super) struct Plan {
+    pub(super) groups: Vec<(String, Vec<PlannedMethod>)>,
+    pub(super) skipped: Vec<String>,
+    pub(super) methods_defaulted: bool,
+    pub(super) max_new_tokens: usize,
+}
+
+pub(super) fn plan(args: &BenchArgs) -> Result<Plan> {
+    let methods_defaulted = args.methods.is_none();
+    let methods_text = args.methods.clone().unwrap_or_else(|| {
+        if args.quick {
+            QUICK_METHODS
+        } else {
+            DEFAULT_METHODS
+        }
+        .to_owned()
+    });
+    let methods = BenchMethod::parse_list(&methods_text)?;
+    let models = match &args.models {
+        None => None,
+        Some(text) => {
+            let mut parts = text.split(',').map(str::trim);
+            let target = parts.next().filter(|t| !t.is_empty());
+            let draft = parts.next().filter(|d| !d.is_empty());
+            match (target, parts.next()) {
+                (Some(t), None) => Some((t.to_owned(), draft.map(str::to_owned))),
+                _ => bail!("--models takes TARGET or TARGET,DRAFT, got `{text}`"),
+            }
+        }
+    };
+    let mut skipped = Vec::new();
+    let mut groups: Vec<(String, Vec<PlannedMethod>)> = Vec::new();
+    let mut plain = None;
+    for mut method in methods {
+        // Plain decoding without a target of its own is every group's baseline, added below.
+        if method.is_plain() && method.target.is_none() {
+            plain = Some(method);
+            continue;
+        }
+        if method.spec.method == "bigram" && method.spec.bigram.is_none() {
+            method.spec.bigram = args.bigram.clone();
+            if method.spec.bigram.is_none() && methods_defaulted {
+                skipped.push(format!(
+                    "`{}`: no bigram model given (pass --bigram FILE)",
+                    method.label
+                ));
+                continue;
+            }
+        }
+        let uses_draft = uses_draft_model(&method.spec.method);
+        let (target, draft) = match (&method.target, &models) {
+            (Some(t), _) => (t.clone(), None),
+            (None, Some((t, d))) => (t.clone(), d.clone()),
+            (None, None) if uses_draft && !args.quick => {
+                (DRAFT_PAIR.0.to_owned(), Some(DRAFT_PAIR.1.to_owned()))
+            }
+            (None, None) => (SMALL_TARGET.to_owned(), None),
+        };
+        if uses_draft && method.spec.draft_model.is_none() {
+            method.spec.draft_model = draft.or_else(|| Some(DRAFT_PAIR.1.to_owned()));
+        }
+        let draft = method.spec.draft_model.clone().filter(|_| uses_draft);
+        let planned = PlannedMethod { method, draft };
+        match groups.iter_mut().find(|(t, _)| *t == target) {
+            Some((_, list)) => list.push(planned),
+            None => groups.push((target, vec![planned])),
+        }
+    }
+    if groups.is_empty() {
+        let target = models.map_or_else(|| SMALL_TARGET.to_owned(), |(t, _)| t);
+        groups.push((target, Vec::new()));
+    }
+    let plain = match plain {
+        Some(p) => p,
+        None => BenchMethod::parse("plain")?,
+    };
+    // Plain decoding is every target's baseline: first in its group, added where not listed.
+    for (_, list) in &mut groups {
+        match list.iter().position(|m| m.method.is_plain()) {
+            Some(i) => {
+                let plain = list.remove(i);
+                list.insert(0, plain);
+            }
+            None => list.insert(
+                0,
+                PlannedMethod {
+                    method: plain.clone(),
+                    draft: None,
+                },
+            ),
+        }
+    }
+    let max_new_tokens = args.max_new_tokens.unwrap_or(if args.quick {
+        QUICK_MAX_NEW_TOKENS
+    } else {
+        DEFAULT_MAX_NEW_TOKENS
+    });
+    if args.max_new_tokens == Some(0) {
+        bail!("--max-new-tokens must be at least 1");
+    }
+    if args.repeats == 0 {
+        bail!("--repeats must be at least 1");
+    }
+    Ok(Plan {
+        groups,
+        skipped,
+        methods_defaulted,
+        max_new_tokens,
+    })
+}
+
+/// New tokens and questions per category of one target's group: the flags, else the defaults
+/// (fewer questions for the slow targets of draft-model methods).
+pub(super) fn group_limits(args: &BenchArgs, methods: &[PlannedMethod]) -> (usize, usize) {
+    let heavy = !args.quick
+        && methods
+            .iter()
+            .any(|m| uses_draft_model(&m.method.spec.method));
+    let max_new_tokens = args.max_new_tokens.unwrap_or(if args.quick {
+        QUICK_MAX_NEW_TOKENS
+    } else {
+        DEFAULT_MAX_NEW_TOKENS
+    });
+    let per_category = args.per_category.unwrap_or(match (args.quick, heavy) {
+        (true, _) | (false, true) => DRAFT_GROUP_PER_CATEGORY,
+        (false, false) => DEFAULT_PER_CATEGORY,
+    });
+    (max_new_tokens, per_category)
+}
+
+/// Methods that run a neural draft model; they get the default draft model and, without
+/// `--models`, the default target/draft pair.
+pub(super) fn uses_draft_model(method: &str) -> bool {
+    matches!(method, "sampling")
+}
+
+/// The fixed draft length K of a draft-model method (default [`DraftLength::default`]); `None`
+/// for other lengths (`k=auto`, a `threshold=`) and methods without a draft model.
+pub(super) fn fixed_draft_length(method: &BenchMethod) -> Option<usize> {
+    if !uses_draft_model(&method.spec.method) {
+        return None;
+    }
+    let length =
+        DraftLength::parse_with_threshold(method.spec.k.as_deref(), method.spec.draft_threshold)
+            .ok()?;
+    match length {
+        DraftLength::Fixed(k) => Some(k),
+        DraftLength::Confident { .. } | DraftLength::Auto { .. } => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use std::path::Path;
+
+    #[derive(Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        args: BenchArgs,
+    }
+
+    fn args(line: &[&str]) -> BenchArgs {
+        Wrap::parse_from(std::iter::once("bench").chain(line.iter().copied())).args
+    }
+
+    fn labels(plan: &Plan) -> Vec<(String, Vec<String>)> {
+        plan.groups
+            .iter()
+            .map(|(t, l)| {
+                (
+                    t.clone(),
+                    l.iter().map(|m| m.method.label.clone()).collect(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn default_plan_groups_methods_by_target_with_plain_first() {
+        let p = plan(&args(&["--bigram", "b.bin"])).unwrap();
+        assert_eq!(
+            labels(&p),
+            [
+                (
+                    SMALL_TARGET.to_owned(),
+                    vec!["plain".to_owned(), "prompt-lookup".into(), "bigram".into()]
+                ),
+                (
+                    DRAFT_PAIR.0.to_owned(),
+                    vec!["plain".into(), "sampling".into(), "sampling:k=auto".into()]
+                ),
+            ]
+        );
+        let sampling = &p.groups[1].1[1];
+        assert_eq!(
+            sampling.method.spec.draft_model.as_deref(),
+            Some(DRAFT_PAIR.1)
+        );
+        assert_eq!(sampling.draft.as_deref(), Some(DRAFT_PAIR.1));
+        assert_eq!(
+            p.groups[0].1[2].method.spec.bigram.as_deref(),
+            Some(Path::new("b.bin"))
+        );
+        assert_eq!(p.max_new_tokens, DEFAULT_MAX_NEW_TOKENS);
+        assert!(p.methods_defaulted);
+
+        // Without a bigram file the default bigram is skipped, with a note.
+        let p = plan(&args(&[])).unwrap();
+        assert_eq!(p.skipped.len(), 1);
+        assert!(p.skipped[0].contains("bigram"));
+    }
+
+    #[test]
+    fn models_flag_and_target_keys_override_defaults() {
+        let p = plan(&args(&[
+            "--models",
+            "a.gguf,d.gguf",
+            "--methods",
+            "sampling:k=4,prompt-lookup,plain:target=z.gguf",
+            "--max-new-tokens",
+            "7",
+        ]))
+        .unwrap();
+        assert_eq!(
+            labels(&p),
+            [
+                (
+                    "a.gguf".to_owned(),
+                    vec![
+                        "plain".to_owned(),
+                        "sampling:k=4".into(),
+                        "prompt-lookup".into()
+                    ]
+                ),
+                ("z.gguf".to_owned(), vec!["plain:target=z.gguf".to_owned()]),
+            ]
+        );
+        assert_eq!(p.groups[0].1[1].draft.as_deref(), Some("d.gguf"));
+        assert_eq!(p.groups[0].1[2].draft, None);
+        assert_eq!(p.max_new_tokens, 7);
+        // A listed plain is the baseline of the sampling group, not a group of its own.
+        let p = plan(&args(&["--methods", "plain,sampling"])).unwrap();
+        assert_eq!(
+            labels(&p),
+            [(
+                DRAFT_PAIR.0.to_owned(),
+                vec!["plain".to_owned(), "sampling".into()]
+            )]
+        );
+        let p = plan(&args(&["--methods", "plain", "--models", "m.gguf"])).unwrap();
+        assert_eq!(
+            labels(&p),
+            [("m.gguf".to_owned(), vec!["plain".to_owned()])]
+        );
+        assert!(plan(&args(&["--models", "a,b,c"])).is_err());
+        assert!(plan(&args(&["--repeats", "0"])).is_err());
+    }
+
+    #[test]
+    fn quick_runs_ngram_methods_on_the_small_target() {
+        let p = plan(&args(&["--quick"])).unwrap();
+        assert_eq!(
+            labels(&p),
+            [(
+                SMALL_TARGET.to_owned(),
+                vec!["plain".to_owned(), "prompt-lookup".into()]
+            )]
+        );
+        assert_eq!(p.max_new_tokens, QUICK_MAX_NEW_TOKENS);
+    }
+
+    #[test]
+    fn fixed_draft_lengths_come_from_the_method_spec() {
+        let k = |spec: &str| fixed_draft_length(&BenchMethod::parse(spec).unwrap());
+        assert_eq!(k("sampling:k=3"), Some(3));
+        assert_eq!(k("sampling"), Some(spec_sampling::DEFAULT_K));
+        assert_eq!(k("sampling:k=auto"), None);
+        assert_eq!(k("sampling:k=8:threshold=0.5"), None);
+        assert_eq!(k("prompt-lookup:k=5"), None);
+    }
+
+    #[test]
+    fn draft_model_groups_take_fewer_prompts() {
+        let a = args(&[]);
+        let p = plan(&a).unwrap();
+        assert_eq!(
+            group_limits(&a, &p.groups[0].1),
+            (DEFAULT_MAX_NEW_TOKENS, DEFAULT_PER_CATEGORY)
+        );
+        assert_eq!(
+            group_limits(&a, &p.groups[1].1),
+            (DEFAULT_MAX_NEW_TOKENS, DRAFT_GROUP_PER_CATEGORY)
+        );
+        let a = args(&["--max-new-tokens", "9", "--per-category", "3"]);
+        let p = plan(&a).unwrap();
+        assert_eq!(group_limits(&a, &p.groups[1].1), (9, 3));
+    }
+}
