@@ -25,6 +25,8 @@ use spec_core::verify::{Proposal, Verdict, Verifier};
 use spec_runtime::model::{ForwardRequest, LogitRows, Transformer};
 use spec_runtime::{GenerateOptions, GenerationStats, KvCache, RuntimeError, StopReason};
 
+pub mod method;
+
 pub use spec_core::tree::ROOT;
 
 /// Errors of a speculative generation.
