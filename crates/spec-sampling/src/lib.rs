@@ -81,6 +81,8 @@ mod error;
 mod length;
 mod vocab;
 
+pub mod spec;
+
 pub use drafter::{DraftModelDrafter, Estimates, INITIAL_CACHE_POSITIONS, weight_cost_prior};
 pub use error::{Result, SamplingError};
 pub use length::{
