@@ -5,6 +5,21 @@ use std::path::PathBuf;
 use spec_runtime::model::WeightFormat;
 
 use crate::BackendName;
+use crate::registry;
+
+/// `--methods`' help: the syntax and every method with its keys, from the registry.
+fn methods_help() -> String {
+    format!(
+        "Comma-separated methods, each `NAME[:KEY=VALUE]...` as `spec generate --method` takes \
+         it: {}; and the bench's own key target= (the target model to run it on). E.g. \
+         `plain,prompt-lookup,sampling:k=auto,sampling:k=8:threshold=0.5,bigram:k=3`. A method \
+         that takes a draft model and names none gets the run's (--models' DRAFT, else \
+         qwen2.5-coder-0.5b); a bigram that names no file gets --bigram's. Plain decoding \
+         always runs as the baseline. Default: plain,prompt-lookup,bigram,sampling,\
+         sampling:k=auto (bigram without --bigram is skipped with a note)",
+        registry::methods_help()
+    )
+}
 
 /// Arguments of `spec bench`.
 #[derive(clap::Args, Debug)]
@@ -13,14 +28,7 @@ pub(crate) struct BenchArgs {
     /// methods without a draft model, Qwen2.5-Coder 1.5B with the 0.5B draft for `sampling`.
     #[arg(long, value_name = "TARGET[,DRAFT]")]
     pub(super) models: Option<String>,
-    /// Comma-separated method specs, `NAME[:KEY=VALUE]...`, keys k, threshold (`sampling`: end a
-    /// chain of up to k drafts once the draft's top probability falls below it), draft,
-    /// draft-weights, target, ngram-max, ngram-min, bigram, history (prompt lookup's
-    /// cross-request cache: on, off or tokens); e.g.
-    /// `plain,prompt-lookup,sampling:k=auto,sampling:k=8:threshold=0.5,bigram:k=3`. Plain decoding always runs as the
-    /// baseline. Default: plain,prompt-lookup,bigram,sampling,sampling:k=auto (those this build
-    /// lacks, or bigram without `--bigram`, are skipped with a note).
-    #[arg(long)]
+    #[arg(long, value_name = "METHOD,...", help = methods_help())]
     pub(super) methods: Option<String>,
     /// New tokens per generation (default 48; 32 with --quick).
     #[arg(long)]

@@ -24,7 +24,8 @@ pub(super) fn record(
         target: "t".into(),
         method: method.into(),
         method_name: method.split(':').next().unwrap().into(),
-        draft_model: None,
+        // The draft-model method of these tests is `sampling`.
+        draft_model: method.starts_with("sampling").then(|| "d".to_owned()),
         question_id: "1".into(),
         category: category.into(),
         turn: 0,

@@ -159,7 +159,7 @@ pub(super) fn render_markdown(report: &Report, categories: &[String]) -> String 
             opt(x.alpha, 2),
             x.tokens_per_second,
             x.decode_speedup.map_or("–".into(), |v| format!("{v:.2}×")),
-            if report.greedy && !x.method.starts_with("plain") {
+            if report.greedy && !x.plain {
                 x.mismatches.to_string()
             } else {
                 "–".into()
@@ -296,8 +296,7 @@ pub(super) fn report_bars(report: &Report, categories: &[String]) -> crate::plot
     let mut series = Vec::new();
     let mut keys: Vec<(&str, &str)> = Vec::new();
     for x in &report.summaries {
-        if !keys.contains(&(x.target.as_str(), x.method.as_str())) && !x.method.starts_with("plain")
-        {
+        if !keys.contains(&(x.target.as_str(), x.method.as_str())) && !x.plain {
             keys.push((&x.target, &x.method));
         }
     }

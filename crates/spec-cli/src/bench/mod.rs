@@ -30,6 +30,7 @@ mod args;
 mod fixtures;
 mod machine;
 mod markdown;
+mod methods;
 mod plan;
 mod prompts;
 mod records;

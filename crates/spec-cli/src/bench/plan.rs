@@ -1,11 +1,14 @@
 //! What a run does: its methods grouped by target (plain decoding first in each group), the
 //! defaults of a run and of `--quick`, and each group's token count and prompts per category.
 
-use anyhow::{Result, bail};
-use spec_sampling::DraftLength;
+use anyhow::{Context, Result, bail};
+use spec_engine::method::{MethodError, PlainSpec};
+use spec_ngram::spec::BIGRAM_FILE_KEY;
+use spec_sampling::spec::DRAFT_MODEL_KEY;
 
 use super::args::BenchArgs;
-use crate::methods::BenchMethod;
+use super::methods::BenchMethod;
+use crate::registry::{self, Method};
 
 /// The default target of methods without a draft model, and of `--quick`.
 pub(super) const SMALL_TARGET: &str = "smollm2-135m";
@@ -32,16 +35,30 @@ pub(super) const QUICK_METHODS: &str = "plain,prompt-lookup";
 pub(super) const QUICK_MAX_NEW_TOKENS: usize = 32;
 
 /// One method on one target, as the run uses it.
+#[derive(Clone, Debug)]
 pub(super) struct PlannedMethod {
-    pub(super) method: BenchMethod,
+    /// The method as written in `--methods`.
+    pub(super) label: String,
+    pub(super) method: Method,
+    /// The draft model it runs, if any.
     pub(super) draft: Option<String>,
+}
+
+impl PlannedMethod {
+    fn new(label: String, method: Method) -> Self {
+        let draft = method.draft_model().map(|(name, _)| name.to_owned());
+        Self {
+            label,
+            method,
+            draft,
+        }
+    }
 }
 
 /// The plan: methods grouped by target (plain first in each group), prompts, settings.
 pub(super) struct Plan {
     pub(super) groups: Vec<(String, Vec<PlannedMethod>)>,
     pub(super) skipped: Vec<String>,
-    pub(super) methods_defaulted: bool,
     pub(super) max_new_tokens: usize,
 }
 
@@ -71,36 +88,39 @@ pub(super) fn plan(args: &BenchArgs) -> Result<Plan> {
     let mut skipped = Vec::new();
     let mut groups: Vec<(String, Vec<PlannedMethod>)> = Vec::new();
     let mut plain = None;
-    for mut method in methods {
-        // Plain decoding without a target of its own is every group's baseline, added below.
-        if method.is_plain() && method.target.is_none() {
-            plain = Some(method);
-            continue;
-        }
-        if method.spec.method == "bigram" && method.spec.bigram.is_none() {
-            method.spec.bigram = args.bigram.clone();
-            if method.spec.bigram.is_none() && methods_defaulted {
-                skipped.push(format!(
-                    "`{}`: no bigram model given (pass --bigram FILE)",
-                    method.label
-                ));
-                continue;
-            }
-        }
-        let uses_draft = uses_draft_model(&method.spec.method);
-        let (target, draft) = match (&method.target, &models) {
+    for item in methods {
+        let takes_draft = registry::takes_key(&item.text.name, DRAFT_MODEL_KEY)?;
+        let (target, draft) = match (&item.target, &models) {
             (Some(t), _) => (t.clone(), None),
             (None, Some((t, d))) => (t.clone(), d.clone()),
-            (None, None) if uses_draft && !args.quick => {
+            (None, None) if takes_draft && !args.quick => {
                 (DRAFT_PAIR.0.to_owned(), Some(DRAFT_PAIR.1.to_owned()))
             }
             (None, None) => (SMALL_TARGET.to_owned(), None),
         };
-        if uses_draft && method.spec.draft_model.is_none() {
-            method.spec.draft_model = draft.or_else(|| Some(DRAFT_PAIR.1.to_owned()));
+        // The run's defaults, for the methods that take them and name none.
+        let mut text = item.text;
+        let draft = draft.unwrap_or_else(|| DRAFT_PAIR.1.to_owned());
+        registry::supply(&mut text, DRAFT_MODEL_KEY, &draft)?;
+        if let Some(file) = &args.bigram {
+            registry::supply(&mut text, BIGRAM_FILE_KEY, &file.to_string_lossy())?;
         }
-        let draft = method.spec.draft_model.clone().filter(|_| uses_draft);
-        let planned = PlannedMethod { method, draft };
+        let method = match Method::from_text(text) {
+            Ok(method) => method,
+            // A default method that lacks what only the user can give (a bigram file) is
+            // skipped, with a note.
+            Err(e @ MethodError::Missing { .. }) if methods_defaulted => {
+                skipped.push(format!("`{}`: {e}", item.label));
+                continue;
+            }
+            Err(e) => return Err(e).with_context(|| format!("method `{}`", item.label)),
+        };
+        let planned = PlannedMethod::new(item.label, method);
+        // Plain decoding without a target of its own is every group's baseline, added below.
+        if planned.method.is_plain() && item.target.is_none() {
+            plain = Some(planned);
+            continue;
+        }
         match groups.iter_mut().find(|(t, _)| *t == target) {
             Some((_, list)) => list.push(planned),
             None => groups.push((target, vec![planned])),
@@ -110,10 +130,8 @@ pub(super) fn plan(args: &BenchArgs) -> Result<Plan> {
         let target = models.map_or_else(|| SMALL_TARGET.to_owned(), |(t, _)| t);
         groups.push((target, Vec::new()));
     }
-    let plain = match plain {
-        Some(p) => p,
-        None => BenchMethod::parse("plain")?,
-    };
+    let plain = plain
+        .unwrap_or_else(|| PlannedMethod::new(PlainSpec.to_string(), Method::Plain(PlainSpec)));
     // Plain decoding is every target's baseline: first in its group, added where not listed.
     for (_, list) in &mut groups {
         match list.iter().position(|m| m.method.is_plain()) {
@@ -121,13 +139,7 @@ pub(super) fn plan(args: &BenchArgs) -> Result<Plan> {
                 let plain = list.remove(i);
                 list.insert(0, plain);
             }
-            None => list.insert(
-                0,
-                PlannedMethod {
-                    method: plain.clone(),
-                    draft: None,
-                },
-            ),
+            None => list.insert(0, plain.clone()),
         }
     }
     let max_new_tokens = args.max_new_tokens.unwrap_or(if args.quick {
@@ -144,7 +156,6 @@ pub(super) fn plan(args: &BenchArgs) -> Result<Plan> {
     Ok(Plan {
         groups,
         skipped,
-        methods_defaulted,
         max_new_tokens,
     })
 }
@@ -152,10 +163,7 @@ pub(super) fn plan(args: &BenchArgs) -> Result<Plan> {
 /// New tokens and questions per category of one target's group: the flags, else the defaults
 /// (fewer questions for the slow targets of draft-model methods).
 pub(super) fn group_limits(args: &BenchArgs, methods: &[PlannedMethod]) -> (usize, usize) {
-    let heavy = !args.quick
-        && methods
-            .iter()
-            .any(|m| uses_draft_model(&m.method.spec.method));
+    let heavy = !args.quick && methods.iter().any(|m| m.draft.is_some());
     let max_new_tokens = args.max_new_tokens.unwrap_or(if args.quick {
         QUICK_MAX_NEW_TOKENS
     } else {
@@ -168,32 +176,10 @@ pub(super) fn group_limits(args: &BenchArgs, methods: &[PlannedMethod]) -> (usiz
     (max_new_tokens, per_category)
 }
 
-/// Methods that run a neural draft model; they get the default draft model and, without
-/// `--models`, the default target/draft pair.
-pub(super) fn uses_draft_model(method: &str) -> bool {
-    matches!(method, "sampling")
-}
-
-/// The fixed draft length K of a draft-model method (default [`DraftLength::default`]); `None`
-/// for other lengths (`k=auto`, a `threshold=`) and methods without a draft model.
-pub(super) fn fixed_draft_length(method: &BenchMethod) -> Option<usize> {
-    if !uses_draft_model(&method.spec.method) {
-        return None;
-    }
-    let length =
-        DraftLength::parse_with_threshold(method.spec.k.as_deref(), method.spec.draft_threshold)
-            .ok()?;
-    match length {
-        DraftLength::Fixed(k) => Some(k),
-        DraftLength::Confident { .. } | DraftLength::Auto { .. } => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use clap::Parser;
-    use std::path::Path;
 
     #[derive(Parser)]
     struct Wrap {
@@ -208,12 +194,7 @@ mod tests {
     fn labels(plan: &Plan) -> Vec<(String, Vec<String>)> {
         plan.groups
             .iter()
-            .map(|(t, l)| {
-                (
-                    t.clone(),
-                    l.iter().map(|m| m.method.label.clone()).collect(),
-                )
-            })
+            .map(|(t, l)| (t.clone(), l.iter().map(|m| m.label.clone()).collect()))
             .collect()
     }
 
@@ -235,16 +216,13 @@ mod tests {
         );
         let sampling = &p.groups[1].1[1];
         assert_eq!(
-            sampling.method.spec.draft_model.as_deref(),
-            Some(DRAFT_PAIR.1)
+            sampling.method.to_string(),
+            format!("sampling:draft={}", DRAFT_PAIR.1)
         );
         assert_eq!(sampling.draft.as_deref(), Some(DRAFT_PAIR.1));
-        assert_eq!(
-            p.groups[0].1[2].method.spec.bigram.as_deref(),
-            Some(Path::new("b.bin"))
-        );
+        assert_eq!(p.groups[0].1[2].method.to_string(), "bigram:bigram=b.bin");
+        assert_eq!(p.groups[0].1[2].draft, None);
         assert_eq!(p.max_new_tokens, DEFAULT_MAX_NEW_TOKENS);
-        assert!(p.methods_defaulted);
 
         // Without a bigram file the default bigram is skipped, with a note.
         let p = plan(&args(&[])).unwrap();
@@ -312,8 +290,54 @@ mod tests {
     }
 
     #[test]
-    fn fixed_draft_lengths_come_from_the_method_spec() {
-        let k = |spec: &str| fixed_draft_length(&BenchMethod::parse(spec).unwrap());
+    fn bad_methods_fail_the_plan_naming_the_item() {
+        let error = |methods: &str| {
+            let e = plan(&args(&["--methods", methods])).err().unwrap();
+            format!("{e:#}")
+        };
+        assert!(error("nope").starts_with("unknown method `nope` (known: plain,"));
+        assert!(error("tree").contains("not built yet"));
+        assert_eq!(
+            error("plain,bigram:bigram=b:depth=3"),
+            "method `bigram:bigram=b:depth=3`: `depth` is not a setting of bigram (its keys: \
+             bigram, k)"
+        );
+        // A listed method must be given what it needs; only a default one is skipped.
+        assert!(error("bigram").contains("bigram needs bigram=FILE"));
+        assert!(error("prompt-lookup:k=0").contains("k=0"));
+        // The bench's defaults never override what a method names.
+        let p = plan(&args(&[
+            "--methods",
+            "sampling:draft-model=x.gguf,bigram:bigram=mine.bin",
+            "--bigram",
+            "b.bin",
+        ]))
+        .unwrap();
+        let methods: Vec<String> = p
+            .groups
+            .iter()
+            .flat_map(|(_, l)| l)
+            .map(|m| m.method.to_string())
+            .collect();
+        assert_eq!(
+            methods,
+            [
+                "plain",
+                "sampling:draft=x.gguf",
+                "plain",
+                "bigram:bigram=mine.bin"
+            ]
+        );
+    }
+
+    #[test]
+    fn fixed_draft_lengths_come_from_the_method() {
+        // The listed method is the second of its group, after plain decoding.
+        let k = |spec: &str| {
+            plan(&args(&["--methods", spec])).unwrap().groups[0].1[1]
+                .method
+                .fixed_length()
+        };
         assert_eq!(k("sampling:k=3"), Some(3));
         assert_eq!(k("sampling"), Some(spec_sampling::DEFAULT_K));
         assert_eq!(k("sampling:k=auto"), None);

@@ -10,6 +10,7 @@ use anyhow::{Context, Result, bail};
 use burn::tensor::backend::Backend;
 use indicatif::{ProgressBar, ProgressStyle};
 use spec_core::sampling::SamplingConfig;
+use spec_engine::method::BuildContext;
 use spec_engine::{Drafter, generate_speculative};
 use spec_runtime::{GenerateOptions, load::load_model_with};
 use spec_tokenizer::{Message, TextTokenizer};
@@ -19,12 +20,15 @@ use super::machine::{
     core_round_trip_ns, machine_info, read_status_kib, reset_peak_rss, span_tile_runs,
 };
 use super::markdown::{render_markdown, report_acceptance, report_bars};
-use super::plan::{PlannedMethod, fixed_draft_length, group_limits, plan};
+use super::plan::{PlannedMethod, group_limits, plan};
 use super::prompts::{categories_in_order, load_prompts, select_prompts};
 use super::records::{Mismatch, PlainPass, RunRecord, around, first_difference};
 use super::report::{ModelInfo, Report, utc_stamp};
 use super::summary::summarize;
-use crate::{BackendName, DeviceLimits, DraftModels, load_tokenizer, make_drafter};
+use crate::BackendName;
+use crate::checkpoint::load_tokenizer;
+use crate::device::DeviceLimits;
+use crate::drafts::DraftModels;
 
 /// New tokens of each method's warm-up generation on flex.
 pub(super) const WARMUP_TOKENS: usize = 4;
@@ -133,7 +137,7 @@ pub(crate) fn run<B: Backend>(
             let p = &prompts[i];
             let text = tokenizer.apply_chat_template(&[Message::user(p.text.clone())], true)?;
             let ids = tokenizer.encode(&text, true)?;
-            if ids.len() + max_new_tokens >= model.model.max_positions() {
+            if ids.len().saturating_add(max_new_tokens) >= model.model.max_positions() {
                 bail!(
                     "prompt {} has {} tokens: with {} new tokens it does not fit {target}'s \
                      context of {}",
@@ -147,33 +151,20 @@ pub(crate) fn run<B: Backend>(
         }
         let mut built = Vec::new();
         let mut setup_seconds = BTreeMap::new();
-        let mut drafts = DraftModels::new(limits, (&path, args.weights));
+        let mut drafts = DraftModels::new(device, limits, (&path, args.weights));
         for planned in methods {
             let t = Instant::now();
-            match make_drafter(
-                &planned.method.spec,
-                &model,
-                &tokenizer,
-                device,
-                &mut drafts,
-            ) {
-                Ok(drafter) => {
-                    setup_seconds.insert(planned.method.label.clone(), t.elapsed().as_secs_f64());
-                    built.push((planned, drafter));
-                }
-                // Methods the user did not name are optional; a build may lack some.
-                Err(e) if plan.methods_defaulted && is_unknown_method(&e) => {
-                    let note = format!("`{}`: {e}", planned.method.label);
-                    eprintln!("spec bench: skipping {note}");
-                    plan.skipped.push(note);
-                }
-                Err(e) => {
-                    return Err(e.context(format!(
-                        "setting up method `{}` on {target}",
-                        planned.method.label
-                    )));
-                }
-            }
+            let drafter = planned
+                .method
+                .build(&mut BuildContext {
+                    target: &model.model,
+                    tokenizer: &tokenizer,
+                    device,
+                    drafts: &mut drafts,
+                })
+                .with_context(|| format!("setting up method `{}` on {target}", planned.label))?;
+            setup_seconds.insert(planned.label.clone(), t.elapsed().as_secs_f64());
+            built.push((planned, drafter));
         }
         let info = ModelInfo {
             target: target.clone(),
@@ -182,7 +173,7 @@ pub(crate) fn run<B: Backend>(
             load_seconds,
             max_new_tokens,
             prompts: encoded.iter().map(|(i, _)| *i).collect(),
-            methods: built.iter().map(|(m, _)| m.method.label.clone()).collect(),
+            methods: built.iter().map(|(m, _)| m.label.clone()).collect(),
             setup_seconds,
         };
         groups.push(Group {
@@ -214,7 +205,7 @@ pub(crate) fn run<B: Backend>(
         for (planned, drafter) in &mut group.methods {
             eprintln!(
                 "spec bench: warming up {} on {} ({} prompt(s), {} tokens)",
-                planned.method.label,
+                planned.label,
                 group.target,
                 prompts.len(),
                 options.max_new_tokens
@@ -227,7 +218,7 @@ pub(crate) fn run<B: Backend>(
                     &options,
                     &mut |_| {},
                 )
-                .with_context(|| format!("warming up {}", planned.method.label))?;
+                .with_context(|| format!("warming up {}", planned.label))?;
                 // No prompt may be measured against its own warm-up answer.
                 drafter.forget_requests();
             }
@@ -272,7 +263,7 @@ pub(crate) fn run<B: Backend>(
                             PlainPass::After
                         }
                     });
-                    let label = &planned.method.label;
+                    let label = &planned.label;
                     progress.set_message(format!(
                         "{} · {label} · {} ({})",
                         group.target, p.question_id, p.category
@@ -328,7 +319,7 @@ pub(crate) fn run<B: Backend>(
                     let record = RunRecord {
                         target: group.target.clone(),
                         method: label.clone(),
-                        method_name: planned.method.spec.method.clone(),
+                        method_name: planned.method.name().to_owned(),
                         draft_model: planned.draft.clone(),
                         question_id: p.question_id.clone(),
                         category: p.category.clone(),
@@ -346,7 +337,7 @@ pub(crate) fn run<B: Backend>(
                         target_seconds: generation.target_seconds,
                         draft_forward_seconds: generation.draft_forward_seconds,
                         step_seconds: generation.step_seconds,
-                        fixed_k: fixed_draft_length(&planned.method),
+                        fixed_k: planned.method.fixed_length(),
                         steps: m.steps,
                         target_forwards: m.target_forwards,
                         draft_forwards: m.draft_forwards,
@@ -457,12 +448,10 @@ pub(super) fn cache_capacity<B: Backend>(group: &Group<B>) -> usize {
         .map(|(_, p)| p.len())
         .max()
         .unwrap_or(0);
-    (longest + group.max_new_tokens + 256).min(group.model.model.max_positions())
-}
-
-/// `make_drafter`'s error for a method name it has no arm for.
-pub(super) fn is_unknown_method(e: &anyhow::Error) -> bool {
-    e.to_string().starts_with("unknown method")
+    longest
+        .saturating_add(group.max_new_tokens)
+        .saturating_add(256)
+        .min(group.model.model.max_positions())
 }
 
 pub(super) fn progress_bar(total: u64) -> ProgressBar {

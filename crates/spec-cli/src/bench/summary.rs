@@ -5,7 +5,6 @@ use serde::Serialize;
 use spec_core::metrics::{Metrics, PositionCounts};
 use spec_sampling::{mean_expected_tokens, speedup_bound};
 
-use super::plan::uses_draft_model;
 use super::records::{PlainPass, RunRecord};
 
 /// Aggregates of one (target, method, category); `category` "all" covers every prompt.
@@ -29,6 +28,9 @@ pub(super) struct Summary {
     pub(super) max_peak_rss_bytes: Option<u64>,
     /// Draft-model methods: the measured cost ratio and the analytic speedup bound.
     pub(super) draft_bound: Option<DraftBound>,
+    /// Whether these are plain decoding's runs, the baseline (not in `report.json`).
+    #[serde(skip)]
+    pub(super) plain: bool,
 }
 
 /// A draft-model method's measured cost ratio `c` and the speedup `E[τ] / (K·c + 1)` the i.i.d.
@@ -87,7 +89,7 @@ pub(super) fn summarize(runs: &[RunRecord], categories: &[String]) -> Vec<Summar
     for (target, method) in &keys {
         let plain_label = runs
             .iter()
-            .find(|r| r.target == *target && r.method_name == "plain")
+            .find(|r| r.target == *target && r.plain_pass.is_some())
             .map(|r| r.method.clone());
         for category in categories
             .iter()
@@ -164,6 +166,7 @@ pub(super) fn summarize(runs: &[RunRecord], categories: &[String]) -> Vec<Summar
                     .count(),
                 max_peak_rss_bytes: mine.iter().filter_map(|r| r.peak_rss_bytes).max(),
                 draft_bound,
+                plain: mine.iter().all(|r| r.plain_pass.is_some()),
             });
         }
     }
@@ -181,10 +184,8 @@ pub(super) fn draft_bound(
     counts: &Metrics,
     speedup: Option<f64>,
 ) -> Option<DraftBound> {
-    let first = mine.first()?;
-    if !uses_draft_model(&first.method_name) {
-        return None;
-    }
+    // Only the runs of a method with a draft model have a bound.
+    mine.first()?.draft_model.as_ref()?;
     let alpha = counts.alpha_per_tested_draft()?;
     let total =
         |runs: &[&RunRecord], f: fn(&RunRecord) -> f64| runs.iter().map(|r| f(r)).sum::<f64>();
@@ -437,7 +438,7 @@ mod tests {
         assert!(get("plain", "all").draft_bound.is_none());
         // A draft-model method with nothing drafted has no α, so no bound.
         let mut idle = bound_runs();
-        idle.retain(|r| r.method_name == "plain" || r.method == "sampling:k=2");
+        idle.retain(|r| r.plain_pass.is_some() || r.method == "sampling:k=2");
         idle[3].drafted = 0;
         idle[3].accepted = 0;
         idle[3].rejections = 0;
