@@ -49,8 +49,10 @@ pub(crate) struct BenchArgs {
     /// the baseline as on the methods between.
     #[arg(long)]
     pub(super) plain_once: bool,
-    /// A short smoke run: one prompt per category, 32 new tokens, plain and prompt-lookup on
-    /// SmolLM2 (unless --methods/--models/--max-new-tokens say otherwise).
+    /// A short smoke run and lossless check of every method: one prompt per category, 32 new
+    /// tokens, on SmolLM2: plain, prompt-lookup, bigram (given --bigram; `cargo xtask bench`
+    /// supplies one) and sampling with SmolLM2 drafting for itself (unless
+    /// --methods/--models/--max-new-tokens say otherwise).
     #[arg(long)]
     pub(super) quick: bool,
     /// A Spec-Bench `question.jsonl` (`question_id`, `category`, `turns`). Default: the

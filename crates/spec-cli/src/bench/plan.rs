@@ -29,8 +29,10 @@ pub(super) const DEFAULT_PER_CATEGORY: usize = 2;
 /// length: shorter generations would leave the prefill and the first steps to dominate.
 pub(super) const DRAFT_GROUP_PER_CATEGORY: usize = 1;
 
-/// `--quick`: one prompt per category, fewer tokens, the n-gram methods on SmolLM2.
-pub(super) const QUICK_METHODS: &str = "plain,prompt-lookup";
+/// `--quick`: one prompt per category, fewer tokens, every method on SmolLM2 (CI's smoke run
+/// and lossless check): the draft-model method with SmolLM2 drafting for itself, its
+/// projections rounded to q8_0-a8 (`sampling`'s default), so that some drafts are rejected.
+pub(super) const QUICK_METHODS: &str = "plain,prompt-lookup,bigram,sampling:draft=smollm2-135m:k=3";
 
 pub(super) const QUICK_MAX_NEW_TOKENS: usize = 32;
 
@@ -277,16 +279,33 @@ mod tests {
     }
 
     #[test]
-    fn quick_runs_ngram_methods_on_the_small_target() {
-        let p = plan(&args(&["--quick"])).unwrap();
+    fn quick_runs_every_method_on_the_small_target() {
+        let p = plan(&args(&["--quick", "--bigram", "b.bin"])).unwrap();
+        let sampling = "sampling:draft=smollm2-135m:k=3";
         assert_eq!(
             labels(&p),
             [(
                 SMALL_TARGET.to_owned(),
-                vec!["plain".to_owned(), "prompt-lookup".into()]
+                vec![
+                    "plain".to_owned(),
+                    "prompt-lookup".into(),
+                    "bigram".into(),
+                    sampling.into()
+                ]
             )]
         );
+        assert_eq!(p.groups[0].1[3].draft.as_deref(), Some(SMALL_TARGET));
         assert_eq!(p.max_new_tokens, QUICK_MAX_NEW_TOKENS);
+        // Every method the registry knows runs in --quick.
+        let mut names: Vec<&str> = p.groups[0].1.iter().map(|m| m.method.name()).collect();
+        names.sort_unstable();
+        let mut known = crate::registry::known_names();
+        known.sort_unstable();
+        assert_eq!(names, known);
+        // Without a bigram file, bigram is skipped with a note.
+        let p = plan(&args(&["--quick"])).unwrap();
+        assert_eq!(labels(&p)[0].1.len(), 3);
+        assert!(p.skipped[0].contains("bigram"), "{:?}", p.skipped);
     }
 
     #[test]

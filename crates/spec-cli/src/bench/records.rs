@@ -2,6 +2,8 @@
 
 use std::collections::BTreeMap;
 
+use anyhow::{Result, bail};
+
 use serde::Serialize;
 use spec_runtime::StopReason;
 use spec_tokenizer::TextTokenizer;
@@ -116,9 +118,44 @@ pub(super) fn around(tokenizer: &TextTokenizer, tokens: &[u32], position: usize)
         .unwrap_or_else(|_| format!("{:?}", &tokens[start..end]))
 }
 
+/// The run's verdict on losslessness: an error where any greedy generation differed from plain
+/// decoding's, so that the command fails (after writing the report).
+pub(super) fn check_lossless(mismatches: &[Mismatch]) -> Result<()> {
+    if !mismatches.is_empty() {
+        bail!(
+            "{} greedy generation(s) differ from plain decoding (see the report's lossless \
+             check); speculative decoding must not change greedy output",
+            mismatches.len()
+        );
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn any_mismatch_fails_the_run() {
+        assert!(check_lossless(&[]).is_ok());
+        let mismatch = Mismatch {
+            target: "t".into(),
+            method: "sampling:k=3".into(),
+            question_id: "1".into(),
+            turn: 0,
+            repeat: 0,
+            position: 5,
+            plain_token: Some(1),
+            method_token: Some(2),
+            plain_text: "a".into(),
+            method_text: "b".into(),
+        };
+        let e = check_lossless(&[mismatch.clone(), mismatch]).unwrap_err();
+        assert!(
+            e.to_string().starts_with("2 greedy generation(s) differ"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn first_difference_counts_length_changes() {

@@ -22,7 +22,7 @@ use super::machine::{
 use super::markdown::{render_markdown, report_acceptance, report_bars};
 use super::plan::{PlannedMethod, group_limits, plan};
 use super::prompts::{categories_in_order, load_prompts, select_prompts};
-use super::records::{Mismatch, PlainPass, RunRecord, around, first_difference};
+use super::records::{Mismatch, PlainPass, RunRecord, around, check_lossless, first_difference};
 use super::report::{ModelInfo, Report, utc_stamp};
 use super::summary::summarize;
 use crate::BackendName;
@@ -429,14 +429,7 @@ pub(crate) fn run<B: Backend>(
         out.display(),
         report.total_seconds
     );
-    if !report.mismatches.is_empty() {
-        bail!(
-            "{} greedy generation(s) differ from plain decoding (see the report's lossless \
-             check); speculative decoding must not change greedy output",
-            report.mismatches.len()
-        );
-    }
-    Ok(())
+    check_lossless(&report.mismatches)
 }
 
 /// The target's cache only needs the longest prompt plus the new tokens (and a tree's worth of
