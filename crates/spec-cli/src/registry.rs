@@ -1,6 +1,6 @@
 //! Every method `spec` knows, in one table: `spec generate --method` and `spec bench --methods`
 //! parse their methods here and build them from here. A method crate owns its spec's keys,
-//! defaults and drafter ([`MethodSpec`]); adding one is one line of [`methods!`] below.
+//! defaults and drafter ([`MethodSpec`]); adding one is one line of `methods!` below.
 
 use std::fmt;
 use std::str::FromStr;

@@ -72,8 +72,8 @@ fn invalid_sampling_settings() {
         &["--model", NO_MODEL, "--min-p", "-0.5"],
         "invalid sampling settings",
     );
-    // Follow-up: `--temperature 1e-300` once spec-core's validation refuses temperatures too
-    // small to divide logits by.
+    // `--temperature 1e-300` (too small to divide logits by) joins these where spec-core's
+    // validation refuses it.
 }
 
 #[test]
