@@ -68,25 +68,11 @@ pub(crate) fn run_bench(args: BenchArgs) -> Result<()> {
 /// The reference model a default run's bigram drafter serves.
 const BIGRAM_TARGET: &str = "smollm2-135m";
 
-/// When the run includes the bigram method on the default target without naming a model file:
-/// the cached bigram model of [`BIGRAM_TARGET`], counted over the project's corpora first if it
-/// is not there yet (fetching them; about two minutes).
+/// When the run includes the bigram method on the default target without naming a model file
+/// (the default run and `--quick` do): the cached bigram model of [`BIGRAM_TARGET`], counted
+/// over the project's corpora first if it is not there yet (fetching them; about two minutes).
 fn default_bigram(args: &[String]) -> Result<Option<PathBuf>> {
-    let has = |flag: &str| {
-        args.iter()
-            .any(|a| a == flag || a.starts_with(&format!("{flag}=")))
-    };
-    if has("--bigram") || has("--models") {
-        return Ok(None);
-    }
-    let wanted = match flag_value(args, "--methods") {
-        Some(methods) => methods
-            .split(',')
-            .any(|m| m.starts_with("bigram") && !m.contains("bigram=") && !m.contains("target=")),
-        // The default method list includes bigram; --quick's does not.
-        None => !has("--quick"),
-    };
-    if !wanted {
+    if !wants_default_bigram(args) {
         return Ok(None);
     }
     let path = crate::corpora::default_dir()?
@@ -114,6 +100,24 @@ fn default_bigram(args: &[String]) -> Result<Option<PathBuf>> {
         }
     }
     Ok(Some(path))
+}
+
+/// Whether the run has a bigram method that names no model file, on the default target.
+fn wants_default_bigram(args: &[String]) -> bool {
+    let has = |flag: &str| {
+        args.iter()
+            .any(|a| a == flag || a.starts_with(&format!("{flag}=")))
+    };
+    if has("--bigram") || has("--models") {
+        return false;
+    }
+    match flag_value(args, "--methods") {
+        Some(methods) => methods
+            .split(',')
+            .any(|m| m.starts_with("bigram") && !m.contains("bigram=") && !m.contains("target=")),
+        // The default method list and --quick's include bigram.
+        None => true,
+    }
 }
 
 /// Arguments of `cargo xtask bench-forward`: passed through to `spec bench-forward`.
@@ -227,12 +231,20 @@ mod tests {
 
     #[test]
     fn a_bigram_file_is_supplied_only_where_the_run_uses_one() {
-        let none = |v: &[&str]| default_bigram(&strings(v)).unwrap().is_none();
-        assert!(none(&["--quick"]));
-        assert!(none(&["--bigram", "b.safetensors"]));
-        assert!(none(&["--models", "x.gguf"]));
-        assert!(none(&["--methods", "plain,prompt-lookup"]));
-        assert!(none(&["--methods", "bigram:bigram=b.safetensors"]));
+        let wants = |v: &[&str]| wants_default_bigram(&strings(v));
+        assert!(wants(&[]));
+        assert!(wants(&["--quick"]));
+        assert!(wants(&["--quick", "--methods", "plain,bigram:k=2"]));
+        assert!(!wants(&["--quick", "--bigram", "b.safetensors"]));
+        assert!(!wants(&["--bigram=b.safetensors"]));
+        assert!(!wants(&["--models", "x.gguf"]));
+        assert!(!wants(&["--methods", "plain,prompt-lookup"]));
+        assert!(!wants(&["--methods", "bigram:bigram=b.safetensors"]));
+        assert!(
+            default_bigram(&strings(&["--quick", "--bigram", "b"]))
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[test]

@@ -28,6 +28,8 @@ mod step;
 
 use spec_runtime::RuntimeError;
 
+pub mod method;
+
 pub use drafter::{Draft, DraftRequest, Drafter, NoDraft, TargetView};
 pub use generate::{SpecGeneration, WidthSteps, generate_speculative};
 pub use spec_core::step::{StepNeeds, StepOutcome};

@@ -101,6 +101,7 @@ mod lookup;
 mod scripted;
 
 pub mod bigram;
+pub mod spec;
 
 pub use bigram::{BigramCounts, BigramModel};
 pub use bigram_drafter::{BigramConfig, BigramDrafter, DEFAULT_BIGRAM_K, DEFAULT_BIGRAM_K_MAX};

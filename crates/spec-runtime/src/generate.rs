@@ -24,13 +24,18 @@ pub struct GenerateOptions {
 
 impl GenerateOptions {
     /// The KV-cache capacity for a prompt of `prompt_len` tokens on a model with a context of
-    /// `max_positions`: `cache_capacity` if set, else the prompt plus `max_new_tokens` plus one;
-    /// never more than the context. Sized to the request because a cache is allocated (and
-    /// zeroed) whole: the full context of Qwen2.5 (32,768 positions) is about 1.9 GB for the
-    /// 1.5B, which made every short generation pay for it.
+    /// `max_positions`: `cache_capacity` if set, else the prompt plus `max_new_tokens` plus one
+    /// (saturating: a request of `usize::MAX` new tokens asks for the whole context); never more
+    /// than the context. Sized to the request because a cache is allocated (and zeroed) whole:
+    /// the full context of Qwen2.5 (32,768 positions) is about 1.9 GB for the 1.5B, which made
+    /// every short generation pay for it.
     pub fn capacity_for(&self, prompt_len: usize, max_positions: usize) -> usize {
         self.cache_capacity
-            .unwrap_or(prompt_len + self.max_new_tokens + 1)
+            .unwrap_or(
+                prompt_len
+                    .saturating_add(self.max_new_tokens)
+                    .saturating_add(1),
+            )
             .min(max_positions)
     }
 

@@ -83,6 +83,8 @@ mod length;
 mod runner;
 mod vocab;
 
+pub mod spec;
+
 pub use drafter::{DraftModelDrafter, Estimates, weight_cost_prior};
 pub use error::{Result, SamplingError};
 pub use length::{
