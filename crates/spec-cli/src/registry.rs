@@ -11,10 +11,10 @@ use spec_engine::method::{BuildContext, MethodError, MethodSpec, MethodText, Pla
 use spec_ngram::spec::{BigramSpec, PromptLookupSpec};
 use spec_runtime::model::WeightFormat;
 use spec_sampling::spec::SamplingSpec;
+use spec_tree::spec::TreeSpec;
 
 /// Method names kept for the methods that are planned, with what each will be.
 const RESERVED: &[(&str, &str)] = &[
-    ("tree", "SpecInfer token trees"),
     ("medusa", "Medusa decoding heads"),
     ("early-exit", "early-exit self-drafting"),
     ("layer-skip", "LayerSkip self-speculative decoding"),
@@ -105,6 +105,7 @@ methods! {
     PromptLookup(PromptLookupSpec),
     Bigram(BigramSpec),
     Sampling(SamplingSpec),
+    Tree(TreeSpec),
 }
 
 /// The entry of method `name`.
@@ -132,14 +133,6 @@ fn entry(name: &str) -> Result<&'static Entry, MethodError> {
 /// The names of the methods that are built.
 pub(crate) fn known_names() -> Vec<&'static str> {
     METHODS.iter().map(|e| e.name).collect()
-}
-
-/// Whether method `name` takes `key` (directly or by an alias).
-///
-/// # Errors
-/// As for an unknown or reserved method name.
-pub(crate) fn takes_key(name: &str, key: &str) -> Result<bool, MethodError> {
-    Ok(entry(name)?.key(key).is_some())
 }
 
 /// Adds `key=value` to `text` where its method takes `key` and `text` does not give it (under
@@ -230,6 +223,8 @@ mod tests {
             "bigram:bigram=b.bin:k=3",
             "sampling:draft=qwen2.5-coder-0.5b:k=auto",
             "sampling:draft=d:k=8:threshold=0.5:draft-weights=q8_0",
+            "tree:draft=qwen2.5-coder-0.5b:shape=4x2x1",
+            "tree:lookup=on:bigram=b.bin:nodes=16",
         ] {
             let method: Method = text.parse().unwrap();
             assert_eq!(method.to_string(), text);
@@ -250,20 +245,20 @@ mod tests {
         let e = "nope".parse::<Method>().unwrap_err().to_string();
         assert_eq!(
             e,
-            "unknown method `nope` (known: plain, prompt-lookup, bigram, sampling; reserved, not \
-             built yet: tree, medusa, early-exit, layer-skip)"
+            "unknown method `nope` (known: plain, prompt-lookup, bigram, sampling, tree; reserved, \
+             not built yet: medusa, early-exit, layer-skip)"
         );
-        for name in ["tree", "medusa", "early-exit", "layer-skip"] {
+        for name in ["medusa", "early-exit", "layer-skip"] {
             let e = name.parse::<Method>().unwrap_err();
             assert!(matches!(e, MethodError::Reserved { .. }), "{e}");
             assert!(e.to_string().ends_with("not built yet"), "{e}");
         }
         assert!(
-            "tree:k=3"
+            "medusa:heads=3"
                 .parse::<Method>()
                 .unwrap_err()
                 .to_string()
-                .contains("SpecInfer")
+                .contains("Medusa")
         );
     }
 
@@ -337,10 +332,6 @@ mod tests {
 
     #[test]
     fn keys_are_known_by_method() {
-        assert!(takes_key("sampling", "draft").unwrap());
-        assert!(takes_key("sampling", "draft-model").unwrap());
-        assert!(!takes_key("prompt-lookup", "draft").unwrap());
-        assert!(takes_key("nope", "k").is_err());
         let help = methods_help();
         assert!(
             help.starts_with("plain; prompt-lookup (k, ngram-max"),
@@ -348,7 +339,7 @@ mod tests {
         );
         assert_eq!(
             known_names(),
-            ["plain", "prompt-lookup", "bigram", "sampling"]
+            ["plain", "prompt-lookup", "bigram", "sampling", "tree"]
         );
     }
 }

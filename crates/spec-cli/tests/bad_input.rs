@@ -152,12 +152,12 @@ fn a_draft_length_of_zero() {
 fn an_unknown_or_reserved_method() {
     refuses(
         &["--model", NO_MODEL, "--method", "nope"],
-        "unknown method `nope` (known: plain, prompt-lookup, bigram, sampling; reserved, not \
-         built yet: tree, medusa, early-exit, layer-skip)",
+        "unknown method `nope` (known: plain, prompt-lookup, bigram, sampling, tree; reserved, \
+         not built yet: medusa, early-exit, layer-skip)",
     );
     refuses(
-        &["--model", NO_MODEL, "--method", "tree"],
-        "`tree` is reserved for SpecInfer token trees, not built yet",
+        &["--model", NO_MODEL, "--method", "medusa"],
+        "`medusa` is reserved for Medusa decoding heads, not built yet",
     );
     refuses(
         &[

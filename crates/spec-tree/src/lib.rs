@@ -64,6 +64,7 @@ mod ngram_sources;
 mod provenance;
 mod shape;
 pub mod sizing;
+pub mod spec;
 
 pub use candidates::Candidates;
 pub use draft_source::Expansion;

@@ -2,7 +2,7 @@
 //! defaults of a run and of `--quick`, and each group's token count and prompts per category.
 
 use anyhow::{Context, Result, bail};
-use spec_engine::method::{MethodError, PlainSpec};
+use spec_engine::method::{MethodError, MethodText, PlainSpec};
 use spec_ngram::spec::BIGRAM_FILE_KEY;
 use spec_sampling::spec::DRAFT_MODEL_KEY;
 
@@ -17,8 +17,10 @@ pub(super) const SMALL_TARGET: &str = "smollm2-135m";
 pub(super) const DRAFT_PAIR: (&str, &str) = ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b");
 
 /// Default run: methods, new tokens, prompts per category (see `docs/benchmarks.md` for why).
-/// `sampling` twice: at its default fixed `K` and with the length it picks itself.
-pub(super) const DEFAULT_METHODS: &str = "plain,prompt-lookup,bigram,sampling,sampling:k=auto";
+/// `sampling` twice: at its default fixed `K` and with the length it picks itself; `tree` from
+/// the draft model beside it, and from prompt lookup and the bigram on SmolLM2.
+pub(super) const DEFAULT_METHODS: &str =
+    "plain,prompt-lookup,bigram,sampling,sampling:k=auto,tree,tree:lookup=on";
 
 pub(super) const DEFAULT_MAX_NEW_TOKENS: usize = 48;
 
@@ -30,9 +32,11 @@ pub(super) const DEFAULT_PER_CATEGORY: usize = 2;
 pub(super) const DRAFT_GROUP_PER_CATEGORY: usize = 1;
 
 /// `--quick`: one prompt per category, fewer tokens, every method on SmolLM2 (CI's smoke run
-/// and lossless check): the draft-model method with SmolLM2 drafting for itself, its
-/// projections rounded to q8_0-a8 (`sampling`'s default), so that some drafts are rejected.
-pub(super) const QUICK_METHODS: &str = "plain,prompt-lookup,bigram,sampling:draft=smollm2-135m:k=3";
+/// and lossless check): the draft-model methods with SmolLM2 drafting for itself, its
+/// projections rounded to q8_0-a8 (the drafts' default), so that some drafts are rejected; a
+/// tree of a fixed shape, so that its levels are fed on the draft's cache whatever it costs.
+pub(super) const QUICK_METHODS: &str = "plain,prompt-lookup,bigram,sampling:draft=smollm2-135m:k=3,\
+    tree:draft=smollm2-135m:shape=2x2x1,tree:lookup=on";
 
 pub(super) const QUICK_MAX_NEW_TOKENS: usize = 32;
 
@@ -91,23 +95,17 @@ pub(super) fn plan(args: &BenchArgs) -> Result<Plan> {
     let mut groups: Vec<(String, Vec<PlannedMethod>)> = Vec::new();
     let mut plain = None;
     for item in methods {
-        let takes_draft = registry::takes_key(&item.text.name, DRAFT_MODEL_KEY)?;
-        let (target, draft) = match (&item.target, &models) {
-            (Some(t), _) => (t.clone(), None),
-            (None, Some((t, d))) => (t.clone(), d.clone()),
-            (None, None) if takes_draft && !args.quick => {
-                (DRAFT_PAIR.0.to_owned(), Some(DRAFT_PAIR.1.to_owned()))
-            }
-            (None, None) => (SMALL_TARGET.to_owned(), None),
+        let (named_target, draft) = match (&item.target, &models) {
+            (Some(t), _) => (Some(t.clone()), None),
+            (None, Some((t, d))) => (Some(t.clone()), d.clone()),
+            (None, None) => (None, None),
         };
-        // The run's defaults, for the methods that take them and name none.
-        let mut text = item.text;
         let draft = draft.unwrap_or_else(|| DRAFT_PAIR.1.to_owned());
-        registry::supply(&mut text, DRAFT_MODEL_KEY, &draft)?;
-        if let Some(file) = &args.bigram {
-            registry::supply(&mut text, BIGRAM_FILE_KEY, &file.to_string_lossy())?;
-        }
-        let method = match Method::from_text(text) {
+        let bigram = args
+            .bigram
+            .as_ref()
+            .map(|f| f.to_string_lossy().into_owned());
+        let method = match with_defaults(item.text, &draft, bigram.as_deref()) {
             Ok(method) => method,
             // A default method that lacks what only the user can give (a bigram file) is
             // skipped, with a note.
@@ -117,6 +115,13 @@ pub(super) fn plan(args: &BenchArgs) -> Result<Plan> {
             }
             Err(e) => return Err(e).with_context(|| format!("method `{}`", item.label)),
         };
+        let target = named_target.unwrap_or_else(|| {
+            if method.draft_model().is_some() && !args.quick {
+                DRAFT_PAIR.0.to_owned()
+            } else {
+                SMALL_TARGET.to_owned()
+            }
+        });
         let planned = PlannedMethod::new(item.label, method);
         // Plain decoding without a target of its own is every group's baseline, added below.
         if planned.method.is_plain() && item.target.is_none() {
@@ -160,6 +165,41 @@ pub(super) fn plan(args: &BenchArgs) -> Result<Plan> {
         skipped,
         max_new_tokens,
     })
+}
+
+/// The method `text` names, with the run's defaults where it needs them: `draft` (the run's
+/// draft model) where it names no source of drafts and takes one, then `bigram` (the run's
+/// bigram file, `--bigram`) where it still lacks what it needs, or where it takes one and runs
+/// no draft model (an n-gram tree). A default never overrides what `text` names.
+///
+/// # Errors
+/// The method's own, once the defaults it can take are in.
+fn with_defaults(
+    mut text: MethodText,
+    draft: &str,
+    bigram: Option<&str>,
+) -> Result<Method, MethodError> {
+    let method = match Method::from_text(text.clone()) {
+        Err(MethodError::Missing { .. }) => {
+            registry::supply(&mut text, DRAFT_MODEL_KEY, draft)?;
+            match Method::from_text(text.clone()) {
+                Err(e @ MethodError::Missing { .. }) => {
+                    let Some(file) = bigram else { return Err(e) };
+                    registry::supply(&mut text, BIGRAM_FILE_KEY, file)?;
+                    return Method::from_text(text);
+                }
+                other => other?,
+            }
+        }
+        other => other?,
+    };
+    match bigram {
+        Some(file) if method.draft_model().is_none() => {
+            registry::supply(&mut text, BIGRAM_FILE_KEY, file)?;
+            Method::from_text(text)
+        }
+        _ => Ok(method),
+    }
 }
 
 /// New tokens and questions per category of one target's group: the flags, else the defaults
@@ -208,11 +248,21 @@ mod tests {
             [
                 (
                     SMALL_TARGET.to_owned(),
-                    vec!["plain".to_owned(), "prompt-lookup".into(), "bigram".into()]
+                    vec![
+                        "plain".to_owned(),
+                        "prompt-lookup".into(),
+                        "bigram".into(),
+                        "tree:lookup=on".into()
+                    ]
                 ),
                 (
                     DRAFT_PAIR.0.to_owned(),
-                    vec!["plain".into(), "sampling".into(), "sampling:k=auto".into()]
+                    vec![
+                        "plain".into(),
+                        "sampling".into(),
+                        "sampling:k=auto".into(),
+                        "tree".into()
+                    ]
                 ),
             ]
         );
@@ -223,6 +273,16 @@ mod tests {
         );
         assert_eq!(sampling.draft.as_deref(), Some(DRAFT_PAIR.1));
         assert_eq!(p.groups[0].1[2].method.to_string(), "bigram:bigram=b.bin");
+        // A tree gets the draft model where it names no source, the bigram file where it runs
+        // no draft model.
+        assert_eq!(
+            p.groups[1].1[3].method.to_string(),
+            format!("tree:draft={}", DRAFT_PAIR.1)
+        );
+        assert_eq!(
+            p.groups[0].1[3].method.to_string(),
+            "tree:lookup=on:bigram=b.bin"
+        );
         assert_eq!(p.groups[0].1[2].draft, None);
         assert_eq!(p.max_new_tokens, DEFAULT_MAX_NEW_TOKENS);
 
@@ -290,7 +350,9 @@ mod tests {
                     "plain".to_owned(),
                     "prompt-lookup".into(),
                     "bigram".into(),
-                    sampling.into()
+                    sampling.into(),
+                    "tree:draft=smollm2-135m:shape=2x2x1".into(),
+                    "tree:lookup=on".into()
                 ]
             )]
         );
@@ -299,12 +361,13 @@ mod tests {
         // Every method the registry knows runs in --quick.
         let mut names: Vec<&str> = p.groups[0].1.iter().map(|m| m.method.name()).collect();
         names.sort_unstable();
+        names.dedup();
         let mut known = crate::registry::known_names();
         known.sort_unstable();
         assert_eq!(names, known);
         // Without a bigram file, bigram is skipped with a note.
         let p = plan(&args(&["--quick"])).unwrap();
-        assert_eq!(labels(&p)[0].1.len(), 3);
+        assert_eq!(labels(&p)[0].1.len(), 5);
         assert!(p.skipped[0].contains("bigram"), "{:?}", p.skipped);
     }
 
@@ -314,8 +377,8 @@ mod tests {
             let e = plan(&args(&["--methods", methods])).err().unwrap();
             format!("{e:#}")
         };
-        assert!(error("nope").starts_with("unknown method `nope` (known: plain,"));
-        assert!(error("tree").contains("not built yet"));
+        assert!(error("nope").contains("unknown method `nope` (known: plain,"));
+        assert!(error("medusa").contains("not built yet"));
         assert_eq!(
             error("plain,bigram:bigram=b:depth=3"),
             "method `bigram:bigram=b:depth=3`: `depth` is not a setting of bigram (its keys: \
