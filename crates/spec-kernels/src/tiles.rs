@@ -3,15 +3,15 @@
 //! At 4 to 14 rows of `x` (a verification of K = 3 to 13) several tiles do such a product with
 //! the same operations in the same order, so the same bits, and differ only in how they read
 //! the weights from memory. Which one is fastest depends on the state of the machine's memory,
-//! which on the Zen 5 of the thirty-second to thirty-eighth sessions moved every few minutes
-//! between a fast state (the 1.5B's one-row products in 86-95 ms) and a slow one (124-144 ms).
+//! which on a 2-vCPU Zen 5 moves every few minutes between a fast state (the 1.5B's one-row
+//! products in 86-95 ms) and a slow one (124-144 ms) (`docs/notes/vcpu-placement.md`).
 //! The 1.5B's products ÷ one row in the same round, medians over the fast and slow rounds of
-//! two runs (81 and 120 fast, 67 and 10 slow; docs/benchmarks.md, thirty-eighth session): 5
+//! two runs (81 and 120 fast, 67 and 10 slow; measured at bfbef4e): 5
 //! rows, one panel 1.25-1.29 fast and 1.05 slow, two panels with two streams 1.12-1.14 fast and
 //! 1.18-1.21 slow; 7 rows, two panels 1.20-1.21 fast and 1.11 slow, with two streams 1.09 fast
 //! and 1.21-1.24 slow; 9 rows, two panels 1.26-1.28 fast and 1.18-1.20 slow, with two streams
-//! 1.17-1.18 and 1.19-1.22. The fixed choices before (one panel to 5 rows, one stream at 6
-//! and 7, two from 8) took 7-13% more than the fastest at 5 to 7 rows when memory was fast.
+//! 1.17-1.18 and 1.19-1.22. Fixed choices (one panel to 5 rows, one stream at 6 and 7, two
+//! from 8) take 7-13% more than the fastest at 5 to 7 rows when memory is fast.
 //! So each product's shape keeps the recent times of its candidates, runs the fastest, runs
 //! another every [`EXPLORE_EVERY`] products, and at once those whose times belong to another
 //! state ([`STALE_SHARE`]); timed so, the products took 0-2.4% more than the fastest tile in
@@ -26,8 +26,7 @@ use std::time::Instant;
 pub enum SpanTile {
     /// AVX2's tiles in 8-lane vectors: two panels (4 weight rows) × up to 3 rows of `x` (a
     /// group's odd last panel one panel × up to 5); more rows take several tiles, the later
-    /// ones reading the pieces again from L1. Named `OnePanel` until the fifty-fourth
-    /// session, when its tiles were of one panel.
+    /// ones reading the pieces again from L1.
     EightLanes,
     /// AVX-512's tile of two panels × every row of `x` (one panel at 15 and 16 rows), a panel's
     /// two rows side by side in 16-lane vectors, asking for the next two pieces of weights in
@@ -56,11 +55,11 @@ impl SpanTile {
 }
 
 /// The tiles timed against each other at `m` rows of `x`, the one run without timing first;
-/// none where only one tile is worth running. The defaults are the fixed choices before the
-/// tiles were timed: AVX2's tiles up to 5 rows (16 registers hold them), one stream of hints
-/// at 6 and 7 rows and a stream per panel from 8, which was faster in both states at 9 rows
-/// (docs/benchmarks.md, thirty-third session). At 15 and 16 rows the two-panel tiles hold one
-/// panel, whose hints have no second stream.
+/// none where only one tile is worth running. The defaults are the best fixed choices: AVX2's
+/// tiles up to 5 rows (16 registers hold them), one stream of hints at 6 and 7 rows and a
+/// stream per panel from 8, which is faster in both memory states at 9 rows (measured at
+/// bfbef4e). At 15 and 16 rows the two-panel tiles hold one panel, whose hints have no second
+/// stream.
 pub(crate) fn candidates(m: usize) -> &'static [SpanTile] {
     use SpanTile::{EightLanes, TwoPanelStreams, TwoPanels};
     match m {
@@ -89,8 +88,8 @@ const WINDOW: usize = 5;
 /// Every this many products of a shape one runs the candidate other than the fastest that ran
 /// longest ago, so that a slow drift is followed. Each candidate is at most a few tens of
 /// percent slower than the fastest, so this costs well under 1% of the products' time (a
-/// forward pass of the 1.5B runs each of its layer shapes 28 times). Every 8th product cost
-/// 1.5–3% where the fixed choice was right (docs/benchmarks.md, thirty-eighth session).
+/// forward pass of the 1.5B runs each of its layer shapes 28 times). Every 8th product costs
+/// 1.5–3% where the fixed choice is right (measured at bfbef4e).
 const EXPLORE_EVERY: u64 = 32;
 
 /// A change of the machine's state moves every time by 25–45%, and the candidates' order with

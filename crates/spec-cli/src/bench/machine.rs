@@ -119,9 +119,9 @@ pub(super) fn read_status_kib(field: &str) -> Option<u64> {
 
 /// The mean time, in ns, for a cache line to go from this thread to a second one and back:
 /// where the operating system (and a hypervisor under it) has put two threads of this
-/// process. In the thirty-ninth session's runs on a 2-vCPU Zen 5 VM it was 48-71 ns in one
-/// placement of the vCPUs and 350-391 ns in the other, the one in which two threads stream
-/// memory about half again as fast (docs/benchmarks.md), so each run records it. Spins for
+/// process. On a 2-vCPU Zen 5 VM it is 48-71 ns in one placement of the vCPUs and 350-391 ns in
+/// the other, the one in which two threads stream memory about half again as fast
+/// (`docs/notes/vcpu-placement.md`), so each run records it. Spins for
 /// at most [`ROUND_TRIP_PROBE`]; `None` when fewer than 100 round trips were made in that time
 /// (the two threads did not run at once) or no thread could be started.
 pub(super) fn core_round_trip_ns() -> Option<f64> {
