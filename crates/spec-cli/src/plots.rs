@@ -157,6 +157,47 @@ pub(crate) fn acceptance_svg(path: &Path, series: &[(String, Vec<f64>)]) -> Resu
     Ok(())
 }
 
+/// τ against tokens drafted a step, one point a method (`(label, drafted, τ)`): how much of a
+/// tree's (or a chain's) size turns into accepted tokens.
+pub(crate) fn tau_by_size_svg(path: &Path, points: &[(String, f64, f64)]) -> Result<()> {
+    let root = SVGBackend::new(path, (960, 520)).into_drawing_area();
+    root.fill(&WHITE).map_err(plot_error)?;
+    let x_max = points.iter().map(|p| p.1).fold(1.0f64, f64::max) * 1.1;
+    let y_max = points.iter().map(|p| p.2).fold(1.0f64, f64::max) * 1.1;
+    let mut chart = ChartBuilder::on(&root)
+        .caption("τ against drafted tokens a step", ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0f64..x_max, 0f64..y_max)
+        .map_err(plot_error)?;
+    chart
+        .configure_mesh()
+        .x_desc("drafted tokens a step (a tree's nodes)")
+        .y_desc("τ (tokens a target pass)")
+        .draw()
+        .map_err(plot_error)?;
+    for (i, (label, x, y)) in points.iter().enumerate() {
+        let c = color(i);
+        chart
+            .draw_series(std::iter::once(Circle::new((*x, *y), 5, c.filled())))
+            .map_err(plot_error)?
+            .label(label.as_str())
+            .legend(move |(x, y)| Circle::new((x + 7, y), 4, c.filled()));
+    }
+    if !points.is_empty() {
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::LowerRight)
+            .draw()
+            .map_err(plot_error)?;
+    }
+    root.present().map_err(plot_error)?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -186,8 +227,18 @@ mod tests {
         let svg = std::fs::read_to_string(&path).unwrap();
         assert!(svg.contains("draft position") && svg.contains("pl"));
         assert!(svg.contains("<polyline") || svg.contains("<path"));
+        let path = dir.path().join("t.svg");
+        tau_by_size_svg(
+            &path,
+            &[("plain".into(), 0.0, 1.0), ("tree".into(), 11.5, 4.2)],
+        )
+        .unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(svg.contains("drafted tokens a step") && svg.contains("tree"));
+        assert!(svg.matches("<circle").count() >= 2);
         // An empty run still writes a valid (empty) plot.
         acceptance_svg(&path, &[]).unwrap();
+        tau_by_size_svg(&path, &[]).unwrap();
         speedup_svg(
             &path,
             &Bars {

@@ -57,6 +57,7 @@ pub(super) fn record(
         drafter_estimates: BTreeMap::new(),
         drafted_by_position: drafted.to_vec(),
         accepted_by_position: accepted.to_vec(),
+        steps_by_width: Vec::new(),
         rss_before_bytes: None,
         peak_rss_bytes: Some(1 << 20),
         peak_rss_scope: "generation",

@@ -240,6 +240,37 @@ pub(super) fn render_markdown(report: &Report, categories: &[String]) -> String 
         }
     }
 
+    let sized: Vec<&Summary> = report
+        .summaries
+        .iter()
+        .filter(|x| x.category == "all" && x.mean_drafted.is_some())
+        .collect();
+    if !sized.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n## Drafts a step and the verification's cost by width\n"
+        );
+        let _ = writeln!(
+            s,
+            "Drafted = tokens drafted a step (a chain's K, a tree's nodes); cost by width = mean \
+             time of a verification step scoring w tokens (root included) ÷ plain decoding's \
+             step on the same target, for the widths with the most steps (w: cost, steps).\n"
+        );
+        let _ = writeln!(s, "| target | method | drafted | τ | cost by width |");
+        let _ = writeln!(s, "|---|---|---|---|---|");
+        for x in sized {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} |",
+                x.target,
+                x.method,
+                opt(x.mean_drafted, 1),
+                opt(x.tau, 2),
+                widths_cell(&x.cost_by_width)
+            );
+        }
+    }
+
     let _ = writeln!(s, "\n## Lossless check\n");
     if !report.greedy {
         let _ = writeln!(
@@ -287,6 +318,37 @@ pub(super) fn render_markdown(report: &Report, categories: &[String]) -> String 
     }
     let _ = writeln!(s, "\nPeak RSS: {}.", report.memory_metric);
     s
+}
+
+/// The six widths with the most steps, in width order: `w: cost (steps)`.
+fn widths_cell(by_width: &[(usize, u64, f64)]) -> String {
+    let mut most: Vec<&(usize, u64, f64)> = by_width.iter().collect();
+    most.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    most.truncate(6);
+    most.sort_by_key(|w| w.0);
+    if most.is_empty() {
+        return "–".to_owned();
+    }
+    most.iter()
+        .map(|(w, n, v)| format!("{w}: {v:.2} ({n})"))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// (label, drafted a step, τ) of every method, all prompts, for the τ-against-size plot.
+pub(super) fn report_tau_by_size(report: &Report) -> Vec<(String, f64, f64)> {
+    report
+        .summaries
+        .iter()
+        .filter(|x| x.category == "all")
+        .filter_map(|x| {
+            Some((
+                format!("{} · {}", x.target, x.method),
+                x.mean_drafted.unwrap_or(0.0),
+                x.tau?,
+            ))
+        })
+        .collect()
 }
 
 /// (label, per-category speedups) of every non-plain method, for the speedup plot.

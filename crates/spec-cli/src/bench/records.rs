@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use anyhow::{Result, bail};
 
 use serde::Serialize;
+use spec_engine::WidthSteps;
 use spec_runtime::StopReason;
 use spec_tokenizer::TextTokenizer;
 
@@ -56,6 +57,8 @@ pub(super) struct RunRecord {
     pub(super) drafter_estimates: BTreeMap<&'static str, f64>,
     pub(super) drafted_by_position: Vec<u64>,
     pub(super) accepted_by_position: Vec<u64>,
+    /// The verification steps by width (tokens scored, root included) and their seconds.
+    pub(super) steps_by_width: Vec<WidthSteps>,
     pub(super) rss_before_bytes: Option<u64>,
     pub(super) peak_rss_bytes: Option<u64>,
     /// `generation`: the peak was reset just before this generation; `process`: it could not

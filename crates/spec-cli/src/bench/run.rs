@@ -19,7 +19,7 @@ use super::args::BenchArgs;
 use super::machine::{
     core_round_trip_ns, machine_info, read_status_kib, reset_peak_rss, span_tile_runs,
 };
-use super::markdown::{render_markdown, report_acceptance, report_bars};
+use super::markdown::{render_markdown, report_acceptance, report_bars, report_tau_by_size};
 use super::plan::{PlannedMethod, group_limits, plan};
 use super::prompts::{categories_in_order, load_prompts, select_prompts};
 use super::records::{Mismatch, PlainPass, RunRecord, around, check_lossless, first_difference};
@@ -351,6 +351,7 @@ pub(crate) fn run<B: Backend>(
                         drafter_estimates: drafter.report_estimates().into_iter().collect(),
                         drafted_by_position: m.by_position.iter().map(|c| c.drafted).collect(),
                         accepted_by_position: m.by_position.iter().map(|c| c.accepted).collect(),
+                        steps_by_width: generation.steps_by_width.clone(),
                         rss_before_bytes: rss_before.map(|k| k * 1024),
                         peak_rss_bytes: peak.map(|k| k * 1024),
                         peak_rss_scope: if reset { "generation" } else { "process" },
@@ -424,6 +425,7 @@ pub(crate) fn run<B: Backend>(
     .with_context(|| format!("writing {}", out.join("report.json").display()))?;
     crate::plots::speedup_svg(&out.join("speedup.svg"), &report_bars(&report, &categories))?;
     crate::plots::acceptance_svg(&out.join("acceptance.svg"), &report_acceptance(&report))?;
+    crate::plots::tau_by_size_svg(&out.join("tau-by-size.svg"), &report_tau_by_size(&report))?;
     eprintln!(
         "spec bench: wrote {}/{{report.md, report.json, speedup.svg, acceptance.svg}} in {:.0} s",
         out.display(),

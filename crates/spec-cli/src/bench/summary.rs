@@ -24,6 +24,11 @@ pub(super) struct Summary {
     /// accepted ÷ (accepted + rejections): the α of the bound.
     pub(super) alpha_per_tested_draft: Option<f64>,
     pub(super) acceptance_by_position: Vec<f64>,
+    /// Drafted tokens per step (a chain's mean K; a tree's mean nodes), where any were drafted.
+    pub(super) mean_drafted: Option<f64>,
+    /// The verification's time by width ÷ plain decoding's step on the same target and
+    /// prompts, `(width, steps, ratio)`, for the widths this method's steps had.
+    pub(super) cost_by_width: Vec<(usize, u64, f64)>,
     pub(super) mismatches: usize,
     pub(super) max_peak_rss_bytes: Option<u64>,
     /// Draft-model methods: the measured cost ratio and the analytic speedup bound.
@@ -147,6 +152,10 @@ pub(super) fn summarize(runs: &[RunRecord], categories: &[String]) -> Vec<Summar
             let draft_bound = plain
                 .as_deref()
                 .and_then(|plain| draft_bound(&mine, plain, &counts, speedup));
+            let cost_by_width = plain
+                .as_deref()
+                .map(|plain| cost_by_width(&mine, plain))
+                .unwrap_or_default();
             out.push(Summary {
                 target: target.clone(),
                 method: method.clone(),
@@ -160,6 +169,9 @@ pub(super) fn summarize(runs: &[RunRecord], categories: &[String]) -> Vec<Summar
                 alpha: counts.alpha(),
                 alpha_per_tested_draft,
                 acceptance_by_position,
+                mean_drafted: (counts.drafted > 0 && counts.steps > 0)
+                    .then(|| counts.drafted as f64 / counts.steps as f64),
+                cost_by_width,
                 mismatches: mine
                     .iter()
                     .filter(|r| r.matches_plain == Some(false))
@@ -173,6 +185,33 @@ pub(super) fn summarize(runs: &[RunRecord], categories: &[String]) -> Vec<Summar
     out
 }
 
+/// Each verification width of `mine`'s steps with how many steps had it and their mean time ÷
+/// the mean time of `plain`'s decode steps (the same target and prompts); empty without plain
+/// steps.
+pub(super) fn cost_by_width(mine: &[&RunRecord], plain: &[&RunRecord]) -> Vec<(usize, u64, f64)> {
+    let plain_steps: u64 = plain.iter().map(|r| r.steps).sum();
+    let plain_seconds: f64 = plain.iter().map(|r| r.step_seconds).sum();
+    if plain_steps == 0 || plain_seconds <= 0.0 {
+        return Vec::new();
+    }
+    let plain_step = plain_seconds / plain_steps as f64;
+    let mut by_width: Vec<(usize, u64, f64)> = Vec::new();
+    for w in mine.iter().flat_map(|r| &r.steps_by_width) {
+        match by_width.iter_mut().find(|(width, _, _)| *width == w.width) {
+            Some((_, steps, seconds)) => {
+                *steps += w.steps;
+                *seconds += w.seconds;
+            }
+            None => by_width.push((w.width, w.steps, w.seconds)),
+        }
+    }
+    by_width.sort_by_key(|&(width, _, _)| width);
+    by_width
+        .into_iter()
+        .map(|(width, steps, seconds)| (width, steps, seconds / steps as f64 / plain_step))
+        .collect()
+}
+
 /// The [`DraftBound`] of a draft-model method's runs `mine` (one method, one target), with
 /// `plain` the plain runs of the same target and prompts, `counts` the counters summed over
 /// `mine` (α per tested draft, steps, draft forwards, the steps by draft length) and `speedup`
@@ -184,8 +223,18 @@ pub(super) fn draft_bound(
     counts: &Metrics,
     speedup: Option<f64>,
 ) -> Option<DraftBound> {
-    // Only the runs of a method with a draft model have a bound.
+    // Only the runs of a method with a draft model have a bound, and only chains: the bound's
+    // model is a chain's (a tree drafts more nodes than its depth).
     mine.first()?.draft_model.as_ref()?;
+    let depths: u64 = counts
+        .steps_by_depth()
+        .iter()
+        .enumerate()
+        .map(|(k, &n)| k as u64 * n)
+        .sum();
+    if counts.drafted > depths {
+        return None;
+    }
     let alpha = counts.alpha_per_tested_draft()?;
     let total =
         |runs: &[&RunRecord], f: fn(&RunRecord) -> f64| runs.iter().map(|r| f(r)).sum::<f64>();
