@@ -1,6 +1,7 @@
 //! `cargo xtask bench [OPTIONS]`: build `spec` (release), fetch the reference models the run
 //! needs, then run `spec bench OPTIONS` from the workspace root. Every option is `spec bench`'s
-//! (`cargo xtask bench --help` prints them); see `docs/benchmarks.md`, "cargo xtask bench".
+//! (`cargo xtask bench --help` prints them); see `docs/benchmarks.md`, "`cargo xtask bench`: the
+//! main job".
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -282,8 +282,8 @@ pub(crate) fn greedy_tokens<B: Backend>(logits: Tensor<B, 2>) -> Vec<Option<u32>
 
     if sums.contains(&f64::NEG_INFINITY) {
         // A backend may return an out-of-range index for a row of `-inf`; any in-range index
-        // then reads `-inf`, as it should. A fresh index tensor: see `docs/ARCHITECTURE.md` on
-        // gathers in wgpu's fusion.
+        // then reads `-inf`, as it should. A fresh index tensor: see
+        // `docs/notes/wgpu-lavapipe.md` on gathers in wgpu's fusion.
         let index: Vec<i64> = argmax
             .iter()
             .map(|&i| i.clamp(0, vocab as i64 - 1))

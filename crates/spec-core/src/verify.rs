@@ -258,7 +258,8 @@ fn verify_greedy<B: Backend>(tree: &TokenTree, target_logits: Tensor<B, 2>) -> R
 /// `n`'s child `k`, or 0 where there is none.
 ///
 /// Every gather gets an index tensor of its own: burn 0.21's wgpu fusion mis-evaluates a gather
-/// whose index tensor has a second consumer (see `docs/ARCHITECTURE.md`).
+/// whose index tensor has a second consumer (see `docs/notes/wgpu-lavapipe.md`, "A gather whose
+/// index tensor has a second consumer reads a stale index").
 fn child_column<B: Backend>(
     tree: &TokenTree,
     rows: usize,

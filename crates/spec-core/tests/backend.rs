@@ -123,8 +123,8 @@ fn check_top_probabilities<B: Backend>(device: &B::Device) {
 
 /// Row maxima, argmaxes and sums of `[rows, 151936]` (Qwen's vocabulary: a verification's
 /// logits) against the host's. burn 0.21's wgpu reductions on Mesa's lavapipe fail this at 2,
-/// 4, 6 and 8 rows (docs/ARCHITECTURE.md, "Known backend issue"), so it runs on wgpu only when
-/// asked (`--ignored`).
+/// 4, 6 and 8 rows (docs/notes/wgpu-lavapipe.md, "Row reductions over Qwen-sized rows are
+/// wrong"), so it runs on wgpu only when asked (`--ignored`).
 fn check_wide_reductions<B: Backend>(device: &B::Device) {
     let vocab = 151_936;
     let mut rng = ChaCha8Rng::seed_from_u64(13);

@@ -1,13 +1,13 @@
 //! A team of helper threads that spin between jobs, for the many short products of a decode step.
 //!
 //! A SmolLM2 token is some 120 products of about 1 MB each, tens of microseconds apiece on two
-//! cores. Rayon, called from outside its pool, parks the caller until a worker has run the job,
-//! and its idle workers sleep on a futex after a few yields; the wake-ups cost about as long as the
-//! product, so the second core bought little (docs/benchmarks.md). Here the caller runs parts
-//! itself and helpers that spin for a while after each job (`SPIN`) take the rest. A job is
-//! *offered* to each helper; a helper *claims* it before reading it, and the caller *withdraws*
-//! the offers nobody claimed once every part is done, so it never waits for a helper that is
-//! parked or descheduled, only for one that is running a part.
+//! cores. Rayon, called from outside its pool, parks the caller until a worker has run the job, and
+//! its idle workers sleep on a futex after a few yields; the wake-ups cost about as long as the
+//! product, so the second core buys little (docs/notes/cpu-kernels.md, "Threads"). Here the caller
+//! runs parts itself and helpers that spin for a while after each job (`SPIN`) take the rest. A job
+//! is *offered* to each helper; a helper *claims* it before reading it, and the caller *withdraws*
+//! the offers nobody claimed once every part is done, so it never waits for a helper that is parked
+//! or descheduled, only for one that is running a part.
 #![allow(unsafe_code)]
 
 use std::cell::UnsafeCell;

@@ -20,7 +20,7 @@
 //!
 //! Knobs: `k` (draft length, default [`DEFAULT_LOOKUP_K`]), `ngram_max` / `ngram_min` (defaults
 //! [`DEFAULT_NGRAM_MAX`] / [`DEFAULT_NGRAM_MIN`]; chosen from the measurements in
-//! `docs/benchmarks.md`, section "N-gram drafting (issue 6)").
+//! `docs/benchmarks.md` at 7b3cb13, section "N-gram drafting (issue 6)").
 //!
 //! ## Adaptive length (`--k auto`, [`PromptLookupConfig::adaptive`])
 //! A proposal costs nothing to make, but verifying it does: on a CPU a step that scores `w`

@@ -13,8 +13,8 @@ use crate::error::{NgramError, Result};
 /// Default fixed draft length of prompt lookup (the default is the adaptive length, up to
 /// [`DEFAULT_LOOKUP_K_MAX`]). With a verification pass of K + 1 tokens costing
 /// 1.4–2× a decode step on a CPU, short drafts from matches of two tokens or more measured best
-/// (docs/benchmarks.md, "N-gram drafting (issue 6)": 1.09× overall vs 0.95× for K 5 from one-token
-/// matches).
+/// (docs/benchmarks.md at 7b3cb13, "N-gram drafting (issue 6)": 1.09× overall vs 0.95× for K 5
+/// from one-token matches).
 pub const DEFAULT_LOOKUP_K: usize = 3;
 /// Default longest n-gram matched.
 pub const DEFAULT_NGRAM_MAX: usize = 3;

@@ -2,16 +2,17 @@
 //! decode step, a verification chain or tree, a part of a prompt) runs every layer on plain
 //! `f32` slices.
 //!
-//! Such a step is bound by reading the weights, which `spec-kernels` streams once for all rows.
-//! Run through burn, the rest of a layer is some fifty small tensor operations, each with its
-//! own allocation and dispatch, which at a few rows weigh as much as the weights' reads
-//! (docs/benchmarks.md, "End to end with the host path": SmolLM2's greedy decode in f32 at 26.7
-//! tok/s through burn's ops, 43.3 here). Here the same math (RMSNorm, rotary embedding,
-//! grouped-query attention over the cache, SwiGLU) works in place on host vectors, and keys and
-//! values go straight into the cache's host rows; attention and SwiGLU are `spec-kernels`' SIMD
-//! loops ([`spec_kernels::attention`], [`spec_kernels::swiglu`]). [`crate::model`]'s burn code
-//! stays the definition for every other case (other backends, models without packed
-//! projections), and the tests hold the two paths equal.
+//! Such a step is bound by reading the weights, which `spec-kernels` streams once for all rows. Run
+//! through burn, the rest of a layer is some fifty small tensor operations, each with its own
+//! allocation and dispatch, which at a few rows weigh as much as the weights' reads
+//! (docs/benchmarks.md at 6f79fec, "End to end with the host path": SmolLM2's greedy decode in f32
+//! at 26.7 tok/s through burn's ops, 43.3 here; docs/notes/cpu-kernels.md, "Why a kernel of its
+//! own"). Here the same math (RMSNorm, rotary embedding, grouped-query attention over the cache,
+//! SwiGLU) works in place on host vectors, and keys and values go straight into the cache's host
+//! rows; attention and SwiGLU are `spec-kernels`' SIMD loops ([`spec_kernels::attention`],
+//! [`spec_kernels::swiglu`]). [`crate::model`]'s burn code stays the definition for every other
+//! case (other backends, models without packed projections), and the tests hold the two paths
+//! equal.
 
 use std::ops::Range;
 
@@ -31,7 +32,8 @@ use crate::model::{Block, ForwardOutput, NewTokens, PackedBlock, RmsNorm, Transf
 /// still add to it: `bench-forward`'s 128-token prefill of the Qwen 1.5B in f32 runs at 34–35
 /// tok/s in passes of 16, 41 in passes of 32, 44–45 in passes of 64 and 45–46 in passes of 128;
 /// SmolLM2 in f32 392–405 → 498–507; Q8_0 and `q4-a8` (a quarter of the bytes or fewer)
-/// unchanged (docs/benchmarks.md, "Prompts in passes of 64").
+/// unchanged (docs/benchmarks.md at cdeee8c, "Prompts in passes of 64"; docs/notes/cpu-kernels.md,
+/// "Layouts and tiles").
 pub const HOST_PASS_ROWS: usize = 64;
 
 /// Whether `B` is the flex backend, whose tensors live in host memory: the only backend the

@@ -345,7 +345,8 @@ impl<B: Backend> Drafter<B> for DraftModelDrafter<B> {
             // there: a row the rule then declines has cost a forward for nothing, and with a
             // dear draft (the 0.5B in f32, `c` 0.3) chains run to the longest decoded at
             // 0.96-1.02 of `K` 4 against 1.03-1.09 for `K` from the mean rate
-            // (docs/benchmarks.md).
+            // (docs/benchmarks.md at daa7da8, "A dear draft"; docs/notes/draft-length.md,
+            // "The rule").
             if chain_rule.is_some()
                 && !drafted.is_empty()
                 && self.auto.worth_extending(&chain, self.auto.alpha()) != Some(true)

@@ -17,7 +17,8 @@ use crate::{DraftLength, DraftModelDrafter, weight_cost_prior};
 /// rounds only the draft, which changes how often its tokens are accepted, never what is
 /// generated; it cut the 0.5B draft's step to 0.43-0.44 of f32's. With activations rounded to
 /// int8 too (q8_0-a8), the 0.5B's prompt and steps cost less again (c 0.109-0.127 against
-/// 0.131-0.156 for q8_0, the same tokens accepted; docs/benchmarks.md).
+/// 0.131-0.156 for q8_0, the same tokens accepted; docs/benchmarks.md at 6aef5e8, "The main
+/// job's draft format").
 pub const DEFAULT_DRAFT_WEIGHTS: WeightFormat = WeightFormat::Q8_0A8;
 
 /// The key that names the draft model, which `spec bench` supplies (its default draft, or

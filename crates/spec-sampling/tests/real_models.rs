@@ -6,7 +6,8 @@
 //! issue asks for 20 × 64, which takes far too long for CI with the current CPU runtime. Run that
 //! with `--release`: `auto` prices its steps by their measured times, and the test profile's
 //! wide verifications cost more than a release build's (the 1.5B's 9-token one 0.28 s against
-//! 0.16 s, docs/benchmarks.md), so there it drafts less and may decode a prompt plainly.
+//! 0.16 s, docs/benchmarks.md at bf7e8fd; docs/notes/draft-length.md, "A caveat for tests"), so
+//! there it drafts less and may decode a prompt plainly.
 
 // Test helpers outside #[test] functions unwrap too; a failure there is a test failure.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

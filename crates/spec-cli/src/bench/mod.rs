@@ -1,6 +1,6 @@
 //! `spec bench`: every method against plain decoding, per prompt category, in the manner of
 //! Spec-Bench (Xia et al. 2024). See `docs/bench-report.md` for the report's schema and
-//! `docs/benchmarks.md` ("cargo xtask bench") for how to run it.
+//! `docs/benchmarks.md` ("`cargo xtask bench`: the main job") for how to run it.
 //!
 //! Metrics, per method and category, over the run's records:
 //! - τ = tokens produced ÷ target verification forwards (each forward yields the accepted drafts

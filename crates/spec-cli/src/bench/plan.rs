@@ -16,7 +16,8 @@ pub(super) const SMALL_TARGET: &str = "smollm2-135m";
 /// The default target and draft of methods that use a draft model (`sampling`).
 pub(super) const DRAFT_PAIR: (&str, &str) = ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b");
 
-/// Default run: methods, new tokens, prompts per category (see `docs/benchmarks.md` for why).
+/// Default run: methods, new tokens, prompts per category (see `docs/benchmarks.md`, "`cargo xtask
+/// bench`: the main job", for a full run's time and figures).
 /// `sampling` twice: at its default fixed `K` and with the length it picks itself; `tree` from
 /// the draft model beside it, and from prompt lookup and the bigram on SmolLM2.
 pub(super) const DEFAULT_METHODS: &str =

@@ -45,7 +45,8 @@ pub(super) enum WarmUp {
     /// decoding runs first on every prompt: on an H200 its prefill of the second code prompt
     /// took 9.1 s where the methods after the first draft-model one took 0.2-0.4 s, which made
     /// their end-to-end speedups 1.7-1.8x where their decode speedups were 0.90-1.05x
-    /// (docs/benchmarks.md, "On a lent H200").
+    /// (docs/benchmarks.md at 9910478, "On a lent H200"; docs/notes/cuda-host-dispatch.md, "What
+    /// `spec bench` does about it").
     WholePass,
 }
 

@@ -470,8 +470,8 @@ pub(super) fn grouped_sweep<D: IntDot, const M: usize>(
 /// row (with `vpdpbusd`, [`paired_grouped_tile`]). `M` 0 is any `m` (without `vpdpbusd`),
 /// in [`sweep`]'s tiles for 16 registers. With `vpdpbusd` each `M` is a job of its own
 /// ([`VnniJob`]), so it compiles only its own tile shapes: compiled into one function, each
-/// shape ran slower for the others' presence (docs/benchmarks.md, "One tile of all the rows,
-/// a job per row count").
+/// shape ran slower for the others' presence (docs/benchmarks.md at 4a6a8de, "One tile of all
+/// the rows, a job per row count").
 /// The tiles go through [`panels`] as they are: written as one loop of one-panel tiles,
 /// the 1.5B's `q4-a8` pass of 16 rows took 130-137 ms against 111-115 ms (codegen; the
 /// same operations).

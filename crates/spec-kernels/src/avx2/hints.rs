@@ -8,18 +8,19 @@ use crate::pack::PANEL;
 use super::rows::Row;
 
 /// How far ahead of a tile its panels' weights are asked for: 4 KB of each panel. Measured
-/// on a 1.5B-sized product streamed from memory by both cores (docs/benchmarks.md): Q8_0 at
-/// one row 1.9 → 1.2 ms and bf16 2.4–2.9 → 2.2–2.3 ms against 8 blocks ahead for tiles of
-/// two or more rows only; 0.5–2 KB ahead was too little for the narrow formats, whose tiles
-/// consume few bytes per cycle, to cover memory latency.
+/// on a 1.5B-sized product streamed from memory by both cores (docs/benchmarks.md at 720c219,
+/// "Q8_0 quants in order, prefetch 4 KB ahead"): Q8_0 at one row 1.9 → 1.2 ms and bf16
+/// 2.4–2.9 → 2.2–2.3 ms against 8 blocks ahead for tiles of two or more rows only; 0.5–2 KB
+/// ahead was too little for the narrow formats, whose tiles consume few bytes per cycle, to
+/// cover memory latency.
 pub(super) const PREFETCH_AHEAD_BYTES: usize = 4096;
 
 /// How far ahead the grouped tiles (`grouped::tile_grouped`) ask for their panels' weights: 8 KB
 /// of each panel. Measured with these hints into L2 (`T1`) against 4 KB into L1, on a
 /// 1.5B-sized product streamed from memory by both cores: 1536 × 8960 at 4 rows 66 → 101 G
 /// multiply-adds a second, 8960 × 1536 105 → 122, one row 29 → 37 and 33 → 38
-/// (docs/benchmarks.md, "One tile of all the rows, a job per row count"). The instruction
-/// is the CPU vendor's ([`weights_hint_non_temporal`]).
+/// (docs/benchmarks.md at 4a6a8de, "One tile of all the rows, a job per row count"). The
+/// instruction is the CPU vendor's ([`weights_hint_non_temporal`]).
 pub(super) const GROUPED_PREFETCH_AHEAD_BYTES: usize = 8192;
 
 /// How tiles hint their weights, chosen once a process by the CPU's vendor
@@ -30,16 +31,17 @@ pub(super) const GROUPED_PREFETCH_AHEAD_BYTES: usize = 8192;
 /// eviction, pushing out what the next product and the next step read again (the KV
 /// cache, the rows of `x`, the outputs); AMD describes a non-temporal prefetch that misses
 /// L2 as filling L1 alone, dropped on eviction (its K8 guide). Against `T0` / `T1` on the
-/// Zen 5 (`spec bench-forward`, alternated builds, docs/benchmarks.md, "weights prefetched
-/// non-temporal"): SmolLM2 in `q8_0-a8` one row 3.69 → 3.48 ms, the 0.5B one row 12.5 →
-/// 11.7 ms; the 1.5B in f32 (hints from 3 rows on) level.
+/// Zen 5 (`spec bench-forward`, alternated builds, docs/benchmarks.md at 42b0690, "weights
+/// prefetched non-temporal"; docs/notes/cpu-kernels.md, "Prefetch hints"): SmolLM2 in
+/// `q8_0-a8` one row 3.69 → 3.48 ms, the 0.5B one row 12.5 → 11.7 ms; the 1.5B in f32 (hints
+/// from 3 rows on) level.
 ///
 /// Elsewhere into L1 (`prefetcht0`): on an Intel Xeon (family 6, model 207) non-temporal
 /// hints took the 0.5B's one-row pass in `q8_0-a8` from 31-34 ms to 50-62 ms and the 1.5B's
-/// 9-row pass in f32 from 1.05-1.10 of a one-row pass to 2.46 (docs/benchmarks.md,
-/// "non-temporal weight hints starve the streams"): Intel's non-temporal prefetch fills L1
-/// without the L2 streamer's help, and a core's few L1 fill buffers then bound the bytes in
-/// flight.
+/// 9-row pass in f32 from 1.05-1.10 of a one-row pass to 2.46 (docs/notes/cpu-kernels.md,
+/// "Prefetch hints"; docs/benchmarks.md at 0139f5c, "non-temporal weight hints starve the
+/// streams"): Intel's non-temporal prefetch fills L1 without the L2 streamer's help, and a
+/// core's few L1 fill buffers then bound the bytes in flight.
 fn weights_hint_non_temporal() -> bool {
     static NON_TEMPORAL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *NON_TEMPORAL.get_or_init(|| {
@@ -55,8 +57,8 @@ fn weights_hint_non_temporal() -> bool {
 /// or L2 ([`SpanRow::hint`]) from one row. Into L1, against none: on the Intel Xeon
 /// (family 6, model 207) f32 passes of one row took 312-319 ms against 334-377 ms unhinted
 /// for the 1.5B (whose spans hint into L2), 22-28 ms against 27-33 ms for SmolLM2
-/// (`spec bench-forward`, alternated, docs/benchmarks.md, "f32 tiles hint their weights
-/// from one row").
+/// (`spec bench-forward`, alternated, docs/benchmarks.md at abb6088, "f32 tiles hint their
+/// weights from one row").
 ///
 /// [`SpanRow::hint`]: super::rows::SpanRow::hint
 #[inline(always)]
@@ -68,8 +70,8 @@ pub(super) fn hints_weights<W: Row>(hint: Hint, rows: usize) -> bool {
 /// up once a tile, outside its loops: looked up at each hint, the lookup's first-use path
 /// (a call) stays in the loops, which then keep their sums on the stack across it; so the
 /// one-row `q8_0-a8` group loop took 186 instructions against 80, and on the Intel Xeon
-/// (family 6, model 207) ran 26.8 against 37.7 GB/s held in L2 (docs/benchmarks.md, "the
-/// weight hint looked up once a tile").
+/// (family 6, model 207) ran 26.8 against 37.7 GB/s held in L2 (docs/notes/cpu-kernels.md,
+/// "Prefetch hints").
 #[derive(Clone, Copy)]
 pub(super) enum Hint {
     /// `prefetchnta` (AMD).

@@ -109,8 +109,8 @@ impl<'x, W: IntRow> Tiles for Int8<'x, W> {
 /// Rows with minimums add `Σ_b min_b · step_b · Σ q_x` into the same accumulator after the
 /// blocks, 8 blocks a multiply-add (the row's minimums against `x`'s block sums) instead of
 /// one a block (SmolLM2's `q4-a8` products measured 4–8% faster at one row of `x`, 3–4%
-/// slower at two, level at five and eight; docs/benchmarks.md). A row's operations do not
-/// depend on the tile.
+/// slower at two, level at five and eight; docs/benchmarks.md at ede8bc8, "Q4 minimums once a
+/// row"). A row's operations do not depend on the tile.
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
 fn tile_int8<W: IntRow, const RR: usize, const M: usize>(

@@ -190,8 +190,8 @@ impl NullaryFnOnce for Job<'_, '_> {
 /// its own for each count, see `grouped::grouped_tiles`); [`run`] gives more in near-equal chunks.
 /// Against two-panel 4 × 4 tiles for more than 8 rows, the chunks of paired tiles took the
 /// 1.5B's `q4-a8` pass of 9 rows from 95-105 ms to 67-68 ms, of 16 from 146-154 to 108-115,
-/// and its prefill from 140-149 to 181-185 tokens a second (docs/benchmarks.md, "Grouped
-/// VNNI tiles pair a panel's two rows").
+/// and its prefill from 140-149 to 181-185 tokens a second (measured at 083e363; the finding
+/// in docs/notes/cpu-kernels.md, "Layouts and tiles").
 const GROUPED_JOB_MAX_ROWS: usize = 8;
 
 /// Rows of `x` at least this many bytes in all (f32) no longer sit in L1 beside a panel, so
@@ -203,7 +203,7 @@ const TALL_X_BYTES: usize = 24 * 1024;
 /// rows of `x`; three for f32, [`Tiles::THREE_PANELS`]), given 32 registers for their
 /// sums. Each output keeps its operations and their order, so its bits, whatever the tile.
 /// Measured in one process against one-panel tiles, both orders of each pair
-/// (docs/benchmarks.md, "tiles of two and three panels for f32"):
+/// (docs/benchmarks.md at cdeee8c, "tiles of two and three panels for f32"):
 /// - f32 and bf16 pay once the rows of `x` leave L1 (0.78–0.94 of the time where they
 ///   fill 24 KB or more; 1.07–1.46 where they fit, as for SmolLM2 at up to 8 rows);
 /// - Q4 widened pays from 3 rows (0.71–0.93), Q8_0 widened from 16 (0.86–1.00: a prompt's
@@ -234,19 +234,18 @@ pub(crate) fn span_tiles_apply(mat: &PackedMatrix, avx512: bool) -> bool {
     avx512 && mat.spanned() && V4::try_new().is_some()
 }
 
-/// `outs[i][r - rows.start] = x[i] · W[r]`; `x` is `[m, padded_cols]`, and `int8` the same
-/// rows rounded to int8, which integer weights multiply instead when given (f32 and bf16
-/// weights, which have no integer path, then multiply `x`). With `avx512`, on a CPU with
-/// AVX-512, the integer tiles and the tiles of two panels ([`tall_tiles`]) are compiled for
-/// it (inside `V4`'s target features): the operations stay AVX2's (lane for lane; a
-/// `wide_spans::paired_tile` does two rows' in one 16-lane instruction), but 32 registers hold
-/// the sums that 16 would spill (the 1.5B's superblock products took 0.87–0.93 of the time
-/// at 3 to 8 rows, docs/benchmarks.md, "The integer tiles with AVX-512's 32 registers"; the
-/// one-panel tiles of the widened formats gain nothing, 0.98–1.06, but spanned f32 rows at 6
-/// to 16 rows of `x` take one tile of all of them, [`WideSpanJob`]); the grouped layouts with
-/// VNNI too run inside [`V4Vnni`] with `vpdpbusd` (2.3× the multiply-adds a second of the
-/// per-block tile at 4 to 64 rows, one thread, docs/benchmarks.md, "Integer sums 8 blocks at
-/// a time").
+/// `outs[i][r - rows.start] = x[i] · W[r]`; `x` is `[m, padded_cols]`, and `int8` the same rows
+/// rounded to int8, which integer weights multiply instead when given (f32 and bf16 weights, which
+/// have no integer path, then multiply `x`). With `avx512`, on a CPU with AVX-512, the integer
+/// tiles and the tiles of two panels ([`tall_tiles`]) are compiled for it (inside `V4`'s target
+/// features): the operations stay AVX2's (lane for lane; a `wide_spans::paired_tile` does two rows'
+/// in one 16-lane instruction), but 32 registers hold the sums that 16 would spill (the 1.5B's
+/// superblock products took 0.87–0.93 of the time at 3 to 8 rows, docs/benchmarks.md at 1d9d8c2,
+/// "The integer tiles with AVX-512's 32 registers"; the one-panel tiles of the widened formats gain
+/// nothing, 0.98–1.06, but spanned f32 rows at 6 to 16 rows of `x` take one tile of all of them,
+/// [`WideSpanJob`]); the grouped layouts with VNNI too run inside [`V4Vnni`] with `vpdpbusd` (2.3×
+/// the multiply-adds a second of the per-block tile at 4 to 64 rows, one thread, docs/benchmarks.md
+/// at 6aef5e8, "Integer sums 8 blocks at a time").
 /// `span_tile` is the tile of a product of spanned f32 rows where the CPU has AVX-512 and
 /// `avx512` is set ([`span_tiles_apply`]); elsewhere it is not used.
 ///

@@ -41,8 +41,8 @@ impl Row for F32Row<'_> {
     // On AMD f32's tiles of one and two rows stream fast enough for the hardware
     // prefetcher alone: hints measured 0-7% slower at one row (Zen 4), and at two the
     // 1.5B's products took 1.24-1.27 of one row's time with them against 1.15 without
-    // (Zen 3, docs/benchmarks.md, "f32 tiles of two rows without hints"). From three rows
-    // on they pay.
+    // (Zen 3, docs/benchmarks.md at 295319a, "f32 tiles of two rows without hints"). From
+    // three rows on they pay.
     const NON_TEMPORAL_FROM_ROWS: usize = 3;
     const TEMPORARIES: usize = 0;
 
@@ -71,8 +71,9 @@ pub(super) struct SpanRow<'a>(pub(super) F32Row<'a>);
 impl SpanRow<'_> {
     /// The hint of AVX-512's tiles of a span (`wide_spans::two_panel_tile` and `paired_tile`):
     /// as [`SpanRow::hint`], but for AMD, where they are non-temporal as measured on the Zen 5
-    /// (docs/benchmarks.md, "One tile of every row for 6 to 16 rows in f32 on AVX-512" and
-    /// "Each panel its own stream of hints"); into L2 is not measured there.
+    /// (docs/notes/cpu-kernels.md, "Prefetch hints"; docs/benchmarks.md at 83f3a5b, "One tile
+    /// of every row for 6 to 16 rows in f32 on AVX-512", and at 5609f70, "Each panel its own
+    /// stream of hints"); into L2 is not measured there.
     #[inline(always)]
     pub(super) fn wide_hint(cpu: Hint) -> Hint {
         match cpu {
@@ -87,7 +88,7 @@ impl Row for SpanRow<'_> {
     // Not consulted: `hints_weights` sees spans hint only into L2 ([`SpanRow::hint`]; the
     // AVX-512 tiles hint without asking it). Non-temporal from two rows, on AMD two rows
     // took 0.88-1.01 of one row's time against 1.05-1.12 from three (the 1.5B's products,
-    // Zen 3, docs/benchmarks.md, "f32 rows in spans").
+    // Zen 3, docs/benchmarks.md at d7069f5, "f32 rows in spans").
     const NON_TEMPORAL_FROM_ROWS: usize = 2;
     const TEMPORARIES: usize = 0;
 
@@ -96,15 +97,15 @@ impl Row for SpanRow<'_> {
         self.0.part(simd, b, j)
     }
 
-    /// Into L2 (`prefetcht1`) on every CPU, at every row count. On AMD not non-temporal: on
-    /// a Zen 4 (AVX2 only) the 1.5B's products from memory (`model_products`, one-panel
-    /// tiles, three alternated runs) took 181-237 ms against 221-253 at 2 rows, 272-320
-    /// against 346-384 at 5 and 471-547 against 580-616 at 9 (docs/benchmarks.md, "AVX2
-    /// tiles of two panels × 3 rows for f32 spans"). On Intel not into L1: on a Xeon (family
-    /// 6, model 167 as its VM reports it) the 1.5B's f32 passes (`spec bench-forward`, two
-    /// alternated rounds) took 216 ms against 232-237 at one row, 234-236 against 269-270 at
-    /// 3 rows, 242-243 against 256-260 at 5 and 273-276 against 281-288 at 9
-    /// (docs/benchmarks.md, "f32 spans hinted into L2 on every CPU").
+    /// Into L2 (`prefetcht1`) on every CPU, at every row count. On AMD not non-temporal: on a Zen 4
+    /// (AVX2 only) the 1.5B's products from memory (`model_products`, one-panel tiles, three
+    /// alternated runs) took 181-237 ms against 221-253 at 2 rows, 272-320 against 346-384 at 5 and
+    /// 471-547 against 580-616 at 9 (docs/benchmarks.md at c3e1215, "AVX2 tiles of two panels × 3
+    /// rows for f32 spans"). On Intel not into L1: on a Xeon (family 6, model 167 as its VM reports
+    /// it) the 1.5B's f32 passes (`spec bench-forward`, two alternated rounds) took 216 ms against
+    /// 232-237 at one row, 234-236 against 269-270 at 3 rows, 242-243 against 256-260 at 5 and
+    /// 273-276 against 281-288 at 9 (docs/notes/cpu-kernels.md, "Prefetch hints";
+    /// docs/benchmarks.md at fea6e67, "f32 spans hinted into L2 on every CPU").
     #[inline(always)]
     fn hint(_cpu: Hint) -> Hint {
         Hint::IntoL2

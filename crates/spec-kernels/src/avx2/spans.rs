@@ -204,7 +204,7 @@ pub(super) fn spanned_sweep(
 /// passes) run as [`SpannedPass`]. A verification of 9 tokens (K 8) took 1.76-1.78 of one
 /// row's time in the 1.5B's products as passes, 1.42-1.45 piece by piece (its span of `x`
 /// 18 KB); 12 rows 1.89-2.05 and 1.81-1.86; 16 rows the same either way (alternated
-/// rounds, Zen 3, docs/benchmarks.md, "Verifications of 9 to 16 tokens in spans").
+/// rounds, Zen 3, docs/benchmarks.md at a7ffb84, "Verifications of 9 to 16 tokens in spans").
 pub(super) const SPAN_TILE_MAX_ROWS: usize = 16;
 
 /// A product of spanned f32 rows ([`span_width`]) with more than [`SPAN_TILE_MAX_ROWS`]
@@ -213,7 +213,7 @@ pub(super) const SPAN_TILE_MAX_ROWS: usize = 16;
 /// group's pieces of the span (32 KB) are read again from L2 for each tile. Piece by
 /// piece instead (all the rows' span of `x` read from L2 for each piece, 128 KB at 64 rows),
 /// the 1.5B's products at 64 rows took 1.2-1.6 of the time of whole rows, this way
-/// 0.67-1.17 (alternated rounds, Zen 3, docs/benchmarks.md, "f32 rows in spans").
+/// 0.67-1.17 (alternated rounds, Zen 3, docs/benchmarks.md at d7069f5, "f32 rows in spans").
 /// Compiled apart from [`Job`]: in the same function it slows the tiles of 4 and 8 rows to
 /// the whole rows' time.
 ///
@@ -352,8 +352,9 @@ fn store_sums<const R: usize, const M: usize>(
 /// reloading all their 8 or 10 sums every block, this one 4 of its 12 (the 3-row loop). On
 /// a Zen 4, whose loads (about one a cycle beside multiply-adds) bound these tiles, one
 /// thread on a product held in L2 (`hot_product`) went from 5.2-7.1 to 10.2-13.5 GB/s at 9
-/// rows, 11-13 to 19-23 at 5, and 22 to 50-65 at one (docs/benchmarks.md, "AVX2 tiles of two
-/// panels × 3 rows for f32 spans", with the model's products).
+/// rows, 11-13 to 19-23 at 5, and 22 to 50-65 at one (docs/benchmarks.md at c3e1215, "AVX2
+/// tiles of two panels × 3 rows for f32 spans", with the model's products; the finding in
+/// docs/notes/cpu-kernels.md, "Layouts and tiles").
 #[allow(clippy::needless_range_loop, clippy::too_many_arguments)]
 #[inline(always)]
 fn pair_span_tile<const M: usize>(

@@ -110,10 +110,10 @@ fn run_rows<T: Tiles, const RR: usize, const MX: usize>(
 /// A tile of one panel reads its weights as one sequential stream. Against tiles of two
 /// panels (two streams, each a few KB long before the next tile) and f32's passes of 8
 /// weight rows, a reference model's products took 0.70–0.89 of the time at one row in every
-/// format and 0.77–0.91 at two rows (SmolLM2 in `q4-a8` 1.04) (docs/benchmarks.md, "Tiles
-/// of one panel"). For the grouped superblocks tiles of 4 × 2 took 1.2 of 2 × 2's time (the
-/// 1.5B's forward(2) 48.7–50.3 ms against 40.1–41.1; docs/benchmarks.md, "Integer sums 8
-/// blocks at a time").
+/// format and 0.77–0.91 at two rows (SmolLM2 in `q4-a8` 1.04) (docs/benchmarks.md at eb9f17b,
+/// "Tiles of one panel"). For the grouped superblocks tiles of 4 × 2 took 1.2 of 2 × 2's time
+/// (the 1.5B's forward(2) 48.7–50.3 ms against 40.1–41.1; docs/benchmarks.md at 6aef5e8,
+/// "Integer sums 8 blocks at a time").
 ///
 /// [`tall_tiles`]: super::tall_tiles
 #[inline(always)]

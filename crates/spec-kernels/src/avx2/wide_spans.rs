@@ -17,8 +17,8 @@ use super::spans::{AddSpan, SPAN_TILE_MAX_ROWS, SpanOperands, spanned_product};
 /// The rows of `x` for which a spanned f32 product may take one tile of one or two panels ×
 /// all the rows on a CPU with AVX-512 ([`WideSpanJob`], [`SpanTile::TwoPanels`] and
 /// [`SpanTile::TwoPanelStreams`]); 16 registers split 6 or more rows into two tiles (4 + 2
-/// up to 4 + 4 + 4 + 4). The 1.5B's products (Zen 5, docs/benchmarks.md, "One tile of every
-/// row for 6 to 16 rows in f32 on AVX-512"; ÷ one row in the same round): 9 rows
+/// up to 4 + 4 + 4 + 4). The 1.5B's products (Zen 5, docs/benchmarks.md at 83f3a5b, "One tile
+/// of every row for 6 to 16 rows in f32 on AVX-512"; ÷ one row in the same round): 9 rows
 /// 1.28–1.39 → 0.99–1.15 in five alternated rounds, 16 rows 331–340 ms → 229–231 ms. From 4
 /// rows the tiles are timed against AVX2's ([`crate::tiles`]).
 ///
@@ -75,7 +75,7 @@ struct OneTile<'a, const M: usize, const STREAMS: bool> {
 /// a block's `M` vectors at fixed offsets from one address, with no bounds check. With a
 /// slice a row (one address and one check a row in the loop) the 1.5B's products at 9
 /// rows took 251-252 ms against 248-249 this way (Intel Xeon, two alternated rounds,
-/// docs/benchmarks.md, "AVX-512's f32 span tiles keep their sums in registers").
+/// docs/benchmarks.md at bab1001, "AVX-512's f32 span tiles keep their sums in registers").
 fn interleave_rows<const M: usize>(x: &[[f32x8; 4]], blocks: usize) -> Vec<[f32x8; 4]> {
     let mut by_block = Vec::with_capacity(blocks * M);
     for b in 0..blocks {
@@ -89,8 +89,7 @@ impl<const M: usize, const STREAMS: bool> AddSpan for OneTile<'_, M, STREAMS> {
     fn add_span(&self, pieces: &[[f32x8; 4]], start: usize, span: usize, sums: &mut [f32x8]) {
         // Each hint its own copy of the tiles: with the hint chosen inside their loops,
         // those loops keep their sums on the stack, loading and storing every sum each block
-        // (the 9-row tile, Intel Xeon, docs/benchmarks.md, "AVX-512's f32 span tiles keep
-        // their sums in registers").
+        // (the 9-row tile, Intel Xeon, docs/notes/cpu-kernels.md, "Compiler traps met").
         match self.hint {
             Hint::NonTemporal => self.tiles(Hint::NonTemporal, pieces, start, span, sums),
             Hint::IntoL1 => self.tiles(Hint::IntoL1, pieces, start, span, sums),

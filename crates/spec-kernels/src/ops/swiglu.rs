@@ -50,8 +50,8 @@ pub fn swiglu_with(gate_up: &[f32], ff: usize, isa: Isa) -> Vec<f32> {
 /// Below this many output values SwiGLU runs on the calling thread. Split over the two threads
 /// of a Zen 5 (`cargo bench -p spec-kernels --bench ops -- swiglu`): the 1.5B's one row (8960
 /// values) 3.9 → 2.5 µs, nine rows 36 → 20 µs, SmolLM2's nine rows (13824) 6.2 → 3.8 µs;
-/// SmolLM2's one row (1536, 0.7 µs) is left alone (d5f914f; docs/notes/cpu-kernels.md). The
-/// public docs of [`swiglu_with`] name the value.
+/// SmolLM2's one row (1536, 0.7 µs) is left alone (d5f914f; docs/notes/cpu-kernels.md, "The
+/// rest of a layer step"). The public docs of [`swiglu_with`] name the value.
 const PARALLEL_SWIGLU_VALUES: usize = 1 << 12;
 
 /// `parts + 1` increasing offsets into SwiGLU's `[rows, ff]` output that split it into about

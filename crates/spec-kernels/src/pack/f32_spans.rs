@@ -13,8 +13,8 @@ pub(crate) const SPAN_GROUP: usize = 16;
 /// In spans, [`SPAN_GROUP`] rows take one span of `x` (16 KB at 8 rows) in turn, so it stays
 /// in L1 for the group's 8 panels. Rows of up to 32 blocks stay whole: the 0.5B's 896 inputs
 /// in 2 spans of 14 blocks took 0.99-1.27 of the time of whole rows at one row of `x` (pairs
-/// of runs, Zen 3, docs/benchmarks.md, "f32 rows in spans"), where the pieces' own cost is
-/// not hidden.
+/// of runs, Zen 3, docs/benchmarks.md at d7069f5, "f32 rows in spans"), where the pieces' own
+/// cost is not hidden.
 pub(crate) fn span_width(blocks: usize) -> usize {
     if blocks <= 32 {
         blocks.max(1)

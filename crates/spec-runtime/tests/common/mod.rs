@@ -11,9 +11,9 @@ pub(crate) const F32_TOLERANCE: f32 = 1e-4;
 /// On cuda, burn's matmul (cubek 0.2) runs f32 products on tensor cores in TF32 (10-bit
 /// mantissa, unit roundoff 2⁻¹¹ ≈ 4.9e-4) where the GPU has them: on an H100 the equivalence
 /// tests differ by up to 1.1e-3 relative and the one-row tests by 6.1e-4 (logits) and 3.5e-4 (a
-/// product) (docs/benchmarks.md, "On a lent H100: cuda tests and issue 5's table"). 4e-3 leaves
-/// room for that and still fails on a wrong mask, position or misread weight, which move results
-/// by tens of percent.
+/// product) (docs/benchmarks.md at 85e2838, "On a lent H100: cuda tests and issue 5's table";
+/// docs/notes/cuda-host-dispatch.md, "TF32"). 4e-3 leaves room for that and still fails on a
+/// wrong mask, position or misread weight, which move results by tens of percent.
 #[cfg(feature = "cuda")]
 pub(crate) const TF32_TOLERANCE: f32 = 4e-3;
 
