@@ -72,8 +72,11 @@ fn invalid_sampling_settings() {
         &["--model", NO_MODEL, "--min-p", "-0.5"],
         "invalid sampling settings",
     );
-    // `--temperature 1e-300` (too small to divide logits by) joins these where spec-core's
-    // validation refuses it.
+    // Too small to divide f32 logits by: refused, naming the smallest usable temperature.
+    refuses(
+        &["--model", NO_MODEL, "--temperature", "1e-300"],
+        "below the smallest usable temperature",
+    );
 }
 
 #[test]

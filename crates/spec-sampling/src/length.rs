@@ -103,9 +103,9 @@ impl DraftLength {
 /// Running estimates of the acceptance rate `α`, the draft's cost and the target's step cost by
 /// width, for [`DraftLength::Auto`].
 ///
-/// * `α`: `spec_core`'s [`AcceptanceRate`] (accepted ÷ tested drafts, decaying counts, a prior),
+/// * `α`: `spec_core`'s [`AcceptanceRate`](spec_core::length::AcceptanceRate) (accepted ÷ tested drafts, decaying counts, a prior),
 ///   whose counts also give `E[τ]` averaged over how unsure they still are of `α`
-///   ([`AcceptanceRate::expected_tokens`]; above `E[τ]` at the mean `α`, most in a run's first
+///   ([`AcceptanceRate::expected_tokens`](spec_core::length::AcceptanceRate::expected_tokens); above `E[τ]` at the mean `α`, most in a run's first
 ///   steps);
 /// * the draft's time per drafted token (its forwards, the sampling and the catch-up on the
 ///   previous step's tokens), an exponential moving average;
@@ -355,7 +355,7 @@ impl AutoLength {
     }
 
     /// The tokens a step with `k` drafts is expected to yield, averaged over what the run's
-    /// counts leave uncertain about `α` ([`AcceptanceRate::expected_tokens`]).
+    /// counts leave uncertain about `α` ([`AcceptanceRate::expected_tokens`](spec_core::length::AcceptanceRate::expected_tokens)).
     pub fn expected_tokens(&self, k: usize) -> f64 {
         self.lengths.expected_tokens(k)
     }

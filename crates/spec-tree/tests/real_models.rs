@@ -129,5 +129,8 @@ fn qwen_trees_greedy_equal_plain() {
     }
     eprintln!("{accepted} of {drafted} drafted nodes accepted over {steps} steps");
     assert!(accepted > 0, "no tree node was accepted");
-    assert!(failures.is_empty(), "greedy output differs for {failures:?}");
+    assert!(
+        failures.is_empty(),
+        "greedy output differs for {failures:?}"
+    );
 }

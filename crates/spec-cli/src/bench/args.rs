@@ -69,7 +69,7 @@ pub(crate) struct BenchArgs {
     /// The bigram model file for `bigram` methods that name none.
     #[arg(long, value_name = "FILE")]
     pub(super) bigram: Option<PathBuf>,
-    /// Where to write report.md, report.json and the plots (default: bench-out/<UTC time>).
+    /// Where to write report.md, report.json and the plots (default: `bench-out/<UTC time>`).
     #[arg(long, value_name = "DIR")]
     pub(super) out: Option<PathBuf>,
     /// Print the reference models this run needs, one per line, and exit.

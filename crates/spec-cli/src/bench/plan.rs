@@ -19,7 +19,7 @@ pub(super) const DRAFT_PAIR: (&str, &str) = ("qwen2.5-coder-1.5b", "qwen2.5-code
 /// Default run: methods, new tokens, prompts per category (see `docs/benchmarks.md`, "`cargo xtask
 /// bench`: the main job", for a full run's time and figures).
 /// `sampling` twice: at its default fixed `K` and with the length it picks itself; `tree` from
-/// the draft model beside it, and from prompt lookup and the bigram on SmolLM2.
+/// the draft model beside it, and from prompt lookup's matches on SmolLM2.
 pub(super) const DEFAULT_METHODS: &str =
     "plain,prompt-lookup,bigram,sampling,sampling:k=auto,tree,tree:lookup=on";
 
@@ -170,8 +170,9 @@ pub(super) fn plan(args: &BenchArgs) -> Result<Plan> {
 
 /// The method `text` names, with the run's defaults where it needs them: `draft` (the run's
 /// draft model) where it names no source of drafts and takes one, then `bigram` (the run's
-/// bigram file, `--bigram`) where it still lacks what it needs, or where it takes one and runs
-/// no draft model (an n-gram tree). A default never overrides what `text` names.
+/// bigram file, `--bigram`) where it still lacks what it needs. A default never overrides what
+/// `text` names, nor adds a source to a method that has one (`tree:lookup=on` stays an n-gram
+/// tree of prompt lookup's matches).
 ///
 /// # Errors
 /// The method's own, once the defaults it can take are in.
@@ -180,26 +181,17 @@ fn with_defaults(
     draft: &str,
     bigram: Option<&str>,
 ) -> Result<Method, MethodError> {
-    let method = match Method::from_text(text.clone()) {
-        Err(MethodError::Missing { .. }) => {
-            registry::supply(&mut text, DRAFT_MODEL_KEY, draft)?;
-            match Method::from_text(text.clone()) {
-                Err(e @ MethodError::Missing { .. }) => {
-                    let Some(file) = bigram else { return Err(e) };
-                    registry::supply(&mut text, BIGRAM_FILE_KEY, file)?;
-                    return Method::from_text(text);
-                }
-                other => other?,
-            }
-        }
-        other => other?,
-    };
-    match bigram {
-        Some(file) if method.draft_model().is_none() => {
+    match Method::from_text(text.clone()) {
+        Err(MethodError::Missing { .. }) => {}
+        other => return other,
+    }
+    registry::supply(&mut text, DRAFT_MODEL_KEY, draft)?;
+    match (Method::from_text(text.clone()), bigram) {
+        (Err(MethodError::Missing { .. }), Some(file)) => {
             registry::supply(&mut text, BIGRAM_FILE_KEY, file)?;
             Method::from_text(text)
         }
-        _ => Ok(method),
+        (other, _) => other,
     }
 }
 
@@ -274,16 +266,13 @@ mod tests {
         );
         assert_eq!(sampling.draft.as_deref(), Some(DRAFT_PAIR.1));
         assert_eq!(p.groups[0].1[2].method.to_string(), "bigram:bigram=b.bin");
-        // A tree gets the draft model where it names no source, the bigram file where it runs
-        // no draft model.
+        // A tree gets the draft model where it names no source, and no other source where it
+        // names one.
         assert_eq!(
             p.groups[1].1[3].method.to_string(),
             format!("tree:draft={}", DRAFT_PAIR.1)
         );
-        assert_eq!(
-            p.groups[0].1[3].method.to_string(),
-            "tree:lookup=on:bigram=b.bin"
-        );
+        assert_eq!(p.groups[0].1[3].method.to_string(), "tree:lookup=on");
         assert_eq!(p.groups[0].1[2].draft, None);
         assert_eq!(p.max_new_tokens, DEFAULT_MAX_NEW_TOKENS);
 

@@ -55,10 +55,10 @@ pub(super) struct DraftBound {
     pub(super) plain_step_seconds: f64,
     /// c = `draft_forward_seconds` ÷ `plain_step_seconds`.
     pub(super) cost_ratio: f64,
-    /// E[τ] = (1 − α^{K+1}) / (1 − α) from `alpha`, averaged over the steps at each step's
+    /// `E[τ] = (1 − α^{K+1}) / (1 − α)` from `alpha`, averaged over the steps at each step's
     /// own K (`spec_core::length::mean_expected_tokens`).
     pub(super) expected_tau: f64,
-    /// E[τ] ÷ (K·c + 1): Theorem 3.8 summed over the steps (`spec_core::length::speedup_bound`).
+    /// `E[τ] ÷ (K·c + 1)`: Theorem 3.8 summed over the steps (`spec_core::length::speedup_bound`).
     pub(super) speedup_bound: f64,
     /// The summary's speedup ÷ `speedup_bound` (null without a plain baseline).
     pub(super) achieved_over_bound: Option<f64>,
@@ -77,7 +77,7 @@ pub(super) struct DraftBound {
     /// v = mean time of one verification step (the target's forward over the K + 1 positions,
     /// verification and cache rollback) ÷ `plain_step_seconds`; the bound takes it as 1.
     pub(super) verify_ratio: f64,
-    /// E[τ] ÷ (K·c + v): the bound with the verification's measured cost.
+    /// `E[τ] ÷ (K·c + v)`: the bound with the verification's measured cost.
     pub(super) bound_with_verify: f64,
 }
 
