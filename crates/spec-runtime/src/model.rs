@@ -527,7 +527,12 @@ impl<B: Backend> Transformer<B> {
     /// Final norm and output head: `[rows, hidden] -> [rows, vocab]`. Also the exit head of
     /// early-exit drafting, which applies it to an intermediate layer's output.
     pub fn logits(&self, x: Tensor<B, 2>) -> Result<Tensor<B, 2>> {
-        let x = self.norm.forward(x);
+        self.project(self.norm.forward(x))
+    }
+
+    /// The output head alone, without the final norm: `[rows, hidden] -> [rows, vocab]`. What
+    /// Medusa heads apply to their own states, which live in the space after the final norm.
+    pub fn project(&self, x: Tensor<B, 2>) -> Result<Tensor<B, 2>> {
         match &self.head {
             Head::Own(linear) => linear.forward(x),
             Head::Tied(Some(packed))
@@ -540,6 +545,17 @@ impl<B: Backend> Transformer<B> {
                 check_width(x.dims()[1], hidden, vocab)?;
                 Ok(matmul(x, self.embedding.val().transpose()))
             }
+        }
+    }
+
+    /// The output head's weight `[vocab, hidden]` as burn's tensor (the embedding where the head
+    /// is tied), or `None` where only a packed host copy holds it (a model loaded without
+    /// [`LoadOptions::keep_unpacked`](crate::load::LoadOptions::keep_unpacked)). What a trainer
+    /// projects through without copying the head.
+    pub fn output_weight(&self) -> Option<Tensor<B, 2>> {
+        match &self.head {
+            Head::Tied(_) => Some(self.embedding.val()),
+            Head::Own(linear) => linear.tensors().map(|dense| dense.weight.val()),
         }
     }
 

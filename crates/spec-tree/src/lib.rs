@@ -70,4 +70,5 @@ pub use candidates::Candidates;
 pub use draft_source::Expansion;
 pub use drafter::{TreeDrafter, TreeSettings, TreeSources};
 pub use error::{Result, TreeError};
+pub use provenance::{Trial, trials};
 pub use shape::TreeShape;

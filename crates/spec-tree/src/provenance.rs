@@ -37,10 +37,10 @@ impl Provenance {
 
 /// One trial of a candidate: a node the verification tested, and whether it was accepted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Trial {
+pub struct Trial {
     /// The node in the tree as assembled.
-    pub(crate) node: NodeId,
-    pub(crate) accepted: bool,
+    pub node: NodeId,
+    pub accepted: bool,
 }
 
 /// The candidates `outcome` tested: the children of the root and of each accepted node. Under
@@ -48,7 +48,7 @@ pub(crate) struct Trial {
 /// child of a node on the path is a trial; a sampled walk tries children in order and stops at
 /// the accepted one, so only those up to it are. `map` takes the verified tree's nodes to the
 /// assembled tree's.
-pub(crate) fn trials<B: burn::tensor::backend::Backend>(
+pub fn trials<B: burn::tensor::backend::Backend>(
     outcome: &StepOutcome<B>,
     map: &[NodeId],
     greedy: bool,
