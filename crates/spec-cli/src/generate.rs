@@ -215,6 +215,7 @@ pub(crate) fn generate<B: Backend>(
     let mut drafter = method
         .build(&mut BuildContext {
             target: &loaded.model,
+            target_path: &loaded.path,
             tokenizer: &tokenizer,
             device,
             drafts: &mut drafts,

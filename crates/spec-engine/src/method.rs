@@ -375,6 +375,9 @@ pub trait DraftModelSource<B: Backend> {
 /// What a method's drafter is built against.
 pub struct BuildContext<'a, B: Backend> {
     pub target: &'a Transformer<B>,
+    /// The target's checkpoint (file or directory): what trained drafters (Medusa heads) are
+    /// checked against.
+    pub target_path: &'a std::path::Path,
     /// The target's tokenizer.
     pub tokenizer: &'a TextTokenizer,
     pub device: &'a B::Device,

@@ -159,6 +159,7 @@ pub(crate) fn run<B: Backend>(
                 .method
                 .build(&mut BuildContext {
                     target: &model.model,
+                    target_path: &model.path,
                     tokenizer: &tokenizer,
                     device,
                     drafts: &mut drafts,
