@@ -82,7 +82,7 @@ fn list(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// A fresh scratch directory under `dir`.
-fn scratch(dir: &Path, name: &str) -> Result<PathBuf> {
+pub(crate) fn scratch(dir: &Path, name: &str) -> Result<PathBuf> {
     let s = dir.join(format!(".download-{name}"));
     if s.exists() {
         std::fs::remove_dir_all(&s).with_context(|| format!("clearing {}", s.display()))?;
@@ -91,7 +91,8 @@ fn scratch(dir: &Path, name: &str) -> Result<PathBuf> {
     Ok(s)
 }
 
-fn finish(scratch: &Path, out: &Path) -> Result<()> {
+/// Marks `out` complete and removes the scratch directory.
+pub(crate) fn finish(scratch: &Path, out: &Path) -> Result<()> {
     std::fs::write(out.join(".complete"), b"")?;
     std::fs::remove_dir_all(scratch).with_context(|| format!("removing {}", scratch.display()))
 }
@@ -195,7 +196,7 @@ fn fetch_brown(dir: &Path, out: &Path) -> Result<()> {
 }
 
 /// The one file in `dir` whose name ends with `suffix`.
-fn single_file(dir: &Path, suffix: &str) -> Result<PathBuf> {
+pub(crate) fn single_file(dir: &Path, suffix: &str) -> Result<PathBuf> {
     let found: Vec<PathBuf> = list(dir)?
         .into_iter()
         .filter(|p| p.to_string_lossy().ends_with(suffix))

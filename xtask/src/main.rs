@@ -7,11 +7,14 @@
 //! - `fetch-models`: download the reference models into the cache, verify or list them.
 //! - `bench`: every method against plain decoding per prompt category (`spec bench`, release).
 //! - `train-bigram`: count token bigrams over text corpora into a bigram draft model.
+//! - `fetch-training-data`: the prompts the trained drafting methods learn from (ShareGPT,
+//!   HumanEval).
 
 mod bench;
 mod corpora;
 mod fetch;
 mod train_bigram;
+mod training_data;
 
 use std::path::Path;
 use std::process::Command;
@@ -49,6 +52,9 @@ enum Cmd {
     FetchCorpora(corpora::FetchCorporaArgs),
     /// Count token bigrams over text corpora: the draft model of `--method bigram`.
     TrainBigram(train_bigram::TrainBigramArgs),
+    /// Download the training prompts (ShareGPT conversations, HumanEval problems) and print
+    /// where they are.
+    FetchTrainingData(training_data::FetchTrainingDataArgs),
 }
 
 fn main() -> Result<()> {
@@ -59,6 +65,7 @@ fn main() -> Result<()> {
         Cmd::BenchForward(args) => bench::run_bench_forward(args),
         Cmd::TrainBigram(args) => train_bigram::run(args),
         Cmd::FetchCorpora(args) => corpora::run_fetch(args),
+        Cmd::FetchTrainingData(args) => training_data::run_fetch(args),
     }
 }
 
