@@ -14,6 +14,8 @@ mod drafts;
 mod generate;
 mod plots;
 mod registry;
+#[cfg(feature = "flex")]
+mod train_medusa;
 
 use std::process::ExitCode;
 
@@ -43,6 +45,10 @@ enum Command {
     /// bandwidth bound, per weight format (`cargo xtask bench-forward`; flex only).
     #[cfg(feature = "flex")]
     BenchForward(bench_forward::BenchForwardArgs),
+    /// Train Medusa heads for a target on its own answers (`cargo xtask train-medusa`; flex
+    /// only).
+    #[cfg(feature = "flex")]
+    TrainMedusa(train_medusa::TrainMedusaArgs),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -75,6 +81,8 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         #[cfg(feature = "flex")]
         Command::BenchForward(args) => bench_forward::run(&args),
+        #[cfg(feature = "flex")]
+        Command::TrainMedusa(args) => train_medusa::run(&args),
         Command::Bench(args) => match args.backend {
             #[cfg(feature = "flex")]
             BackendName::Flex => {

@@ -11,11 +11,11 @@ use spec_engine::method::{BuildContext, MethodError, MethodSpec, MethodText, Pla
 use spec_ngram::spec::{BigramSpec, PromptLookupSpec};
 use spec_runtime::model::WeightFormat;
 use spec_sampling::spec::SamplingSpec;
+use spec_medusa::MedusaSpec;
 use spec_tree::spec::TreeSpec;
 
 /// Method names kept for the methods that are planned, with what each will be.
 const RESERVED: &[(&str, &str)] = &[
-    ("medusa", "Medusa decoding heads"),
     ("early-exit", "early-exit self-drafting"),
     ("layer-skip", "LayerSkip self-speculative decoding"),
 ];
@@ -106,6 +106,7 @@ methods! {
     Bigram(BigramSpec),
     Sampling(SamplingSpec),
     Tree(TreeSpec),
+    Medusa(MedusaSpec),
 }
 
 /// The entry of method `name`.
@@ -245,20 +246,20 @@ mod tests {
         let e = "nope".parse::<Method>().unwrap_err().to_string();
         assert_eq!(
             e,
-            "unknown method `nope` (known: plain, prompt-lookup, bigram, sampling, tree; reserved, \
-             not built yet: medusa, early-exit, layer-skip)"
+            "unknown method `nope` (known: plain, prompt-lookup, bigram, sampling, tree, medusa; \
+             reserved, not built yet: early-exit, layer-skip)"
         );
-        for name in ["medusa", "early-exit", "layer-skip"] {
+        for name in ["early-exit", "layer-skip"] {
             let e = name.parse::<Method>().unwrap_err();
             assert!(matches!(e, MethodError::Reserved { .. }), "{e}");
             assert!(e.to_string().ends_with("not built yet"), "{e}");
         }
         assert!(
-            "medusa:heads=3"
+            "medusa"
                 .parse::<Method>()
                 .unwrap_err()
                 .to_string()
-                .contains("Medusa")
+                .contains("heads=FILE")
         );
     }
 

@@ -155,12 +155,16 @@ fn a_draft_length_of_zero() {
 fn an_unknown_or_reserved_method() {
     refuses(
         &["--model", NO_MODEL, "--method", "nope"],
-        "unknown method `nope` (known: plain, prompt-lookup, bigram, sampling, tree; reserved, \
-         not built yet: medusa, early-exit, layer-skip)",
+        "unknown method `nope` (known: plain, prompt-lookup, bigram, sampling, tree, medusa; \
+         reserved, not built yet: early-exit, layer-skip)",
+    );
+    refuses(
+        &["--model", NO_MODEL, "--method", "layer-skip"],
+        "`layer-skip` is reserved for LayerSkip self-speculative decoding, not built yet",
     );
     refuses(
         &["--model", NO_MODEL, "--method", "medusa"],
-        "`medusa` is reserved for Medusa decoding heads, not built yet",
+        "medusa needs heads=FILE",
     );
     refuses(
         &[

@@ -34,6 +34,7 @@ mod error;
 pub mod file;
 mod heads;
 pub mod spec;
+pub mod training;
 mod tree;
 
 pub use drafter::{MedusaDrafter, MedusaSettings, TreeMode};

@@ -125,7 +125,10 @@ mod tests {
         let ib = TargetIdentity::of(&b, 4, 10).unwrap();
         assert_eq!(ia, TargetIdentity::of(&a, 4, 10).unwrap());
         assert!(ia.mismatch(&ib).unwrap().starts_with("fingerprint"));
-        let other_vocab = TargetIdentity { vocab_size: 11, ..ia.clone() };
+        let other_vocab = TargetIdentity {
+            vocab_size: 11,
+            ..ia.clone()
+        };
         assert_eq!(
             other_vocab.mismatch(&ia).unwrap(),
             "vocabulary of 11 against the target's 10"

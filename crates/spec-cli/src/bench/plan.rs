@@ -368,7 +368,8 @@ mod tests {
             format!("{e:#}")
         };
         assert!(error("nope").contains("unknown method `nope` (known: plain,"));
-        assert!(error("medusa").contains("not built yet"));
+        assert!(error("layer-skip").contains("not built yet"));
+        assert!(error("medusa").contains("medusa needs heads=FILE"));
         assert_eq!(
             error("plain,bigram:bigram=b:depth=3"),
             "method `bigram:bigram=b:depth=3`: `depth` is not a setting of bigram (its keys: \
