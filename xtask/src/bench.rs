@@ -57,13 +57,18 @@ pub(crate) fn run_bench(args: BenchArgs) -> Result<()> {
         let xtask = std::env::current_exe().context("locating the xtask binary")?;
         run(Command::new(xtask).arg("fetch-models").args(&names))?;
     }
-    match default_bigram(&args.args)? {
-        Some(path) => {
-            let path = path.to_string_lossy().into_owned();
-            run(&mut spec(&["--bigram", &path]))
-        }
-        None => run(&mut spec(&[])),
+    let mut extra = Vec::new();
+    if let Some(path) = default_bigram(&args.args)? {
+        extra.extend(["--bigram".to_owned(), path.to_string_lossy().into_owned()]);
     }
+    if let Some(path) = crate::train_medusa::default_heads(&args.args)? {
+        extra.extend([
+            "--medusa-heads".to_owned(),
+            path.to_string_lossy().into_owned(),
+        ]);
+    }
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    run(&mut spec(&extra))
 }
 
 /// The reference model a default run's bigram drafter serves.
@@ -152,7 +157,12 @@ pub(crate) fn run_bench_forward(args: BenchForwardArgs) -> Result<()> {
 }
 
 /// `cargo run --release -p spec-cli --bin spec [--features F] -- SUBCOMMAND ARGS` from `root`.
-fn spec_command(root: &Path, feature: Option<&str>, subcommand: &str, args: &[String]) -> Command {
+pub(crate) fn spec_command(
+    root: &Path,
+    feature: Option<&str>,
+    subcommand: &str,
+    args: &[String],
+) -> Command {
     let mut c = cargo();
     c.current_dir(root)
         .args([
@@ -171,7 +181,7 @@ fn spec_command(root: &Path, feature: Option<&str>, subcommand: &str, args: &[St
 }
 
 /// The value of `--name VALUE` or `--name=VALUE` in `args`, the last one if repeated.
-fn flag_value(args: &[String], name: &str) -> Option<String> {
+pub(crate) fn flag_value(args: &[String], name: &str) -> Option<String> {
     let prefix = format!("{name}=");
     let mut value = None;
     for (i, a) in args.iter().enumerate() {
@@ -194,13 +204,13 @@ fn backend_feature(args: &[String]) -> Result<Option<&'static str>> {
     })
 }
 
-fn workspace_root() -> PathBuf {
+pub(crate) fn workspace_root() -> PathBuf {
     Path::new(&crate::manifest_dir())
         .parent()
         .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
 }
 
-fn cargo() -> Command {
+pub(crate) fn cargo() -> Command {
     Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
 }
 

@@ -14,6 +14,7 @@ mod bench;
 mod corpora;
 mod fetch;
 mod train_bigram;
+mod train_medusa;
 mod training_data;
 
 use std::path::Path;
@@ -55,6 +56,9 @@ enum Cmd {
     /// Download the training prompts (ShareGPT conversations, HumanEval problems) and print
     /// where they are.
     FetchTrainingData(training_data::FetchTrainingDataArgs),
+    /// Train Medusa heads for a target on its own answers to ShareGPT or HumanEval prompts
+    /// (`spec train-medusa`, release; options pass through).
+    TrainMedusa(train_medusa::TrainMedusaArgs),
 }
 
 fn main() -> Result<()> {
@@ -66,6 +70,7 @@ fn main() -> Result<()> {
         Cmd::TrainBigram(args) => train_bigram::run(args),
         Cmd::FetchCorpora(args) => corpora::run_fetch(args),
         Cmd::FetchTrainingData(args) => training_data::run_fetch(args),
+        Cmd::TrainMedusa(args) => train_medusa::run_train(args),
     }
 }
 

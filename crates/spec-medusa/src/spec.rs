@@ -14,6 +14,9 @@ use spec_train::identity::TargetIdentity;
 use crate::drafter::{MedusaDrafter, MedusaSettings, TreeMode};
 use crate::file;
 
+/// The key naming the heads file.
+pub const HEADS_KEY: &str = "heads";
+
 /// `medusa`: a tree from Medusa heads trained for the target (`cargo xtask train-medusa`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct MedusaSpec {
@@ -55,11 +58,11 @@ fn tree_mode(value: &str) -> Result<TreeMode, String> {
 
 impl MethodSpec for MedusaSpec {
     const NAME: &'static str = "medusa";
-    const KEYS: &'static [&'static str] = &["heads", "tree", "nodes", "top"];
+    const KEYS: &'static [&'static str] = &[HEADS_KEY, "tree", "nodes", "top"];
     const ALIASES: &'static [(&'static str, &'static str)] = &[];
 
     fn from_settings(mut settings: Settings) -> Result<Self, MethodError> {
-        let heads = settings.take("heads").map(PathBuf::from);
+        let heads = settings.take(HEADS_KEY).map(PathBuf::from);
         let spec = Self {
             heads: heads.unwrap_or_default(),
             tree: settings.take_with("tree", tree_mode)?,
@@ -109,7 +112,7 @@ impl fmt::Display for MedusaSpec {
             TreeMode::Static => "static",
         };
         MethodText::new(Self::NAME)
-            .with("heads", Some(self.heads.display()))
+            .with(HEADS_KEY, Some(self.heads.display()))
             .with("tree", self.tree.map(mode))
             .with("nodes", self.nodes)
             .with("top", self.top)

@@ -238,11 +238,14 @@ impl<B: AutodiffBackend> MedusaTraining<B> {
             for (head, logits) in logits.into_iter().enumerate() {
                 let ranks = target_ranks(logits.clone(), &batch.targets[head], &batch.masks[head]);
                 let valid = ranks.iter().flatten().count();
-                let loss = head_losses(vec![logits], &MedusaBatch {
-                    targets: vec![batch.targets[head].clone()],
-                    masks: vec![batch.masks[head].clone()],
-                    ..batch.clone()
-                });
+                let loss = head_losses(
+                    vec![logits],
+                    &MedusaBatch {
+                        targets: vec![batch.targets[head].clone()],
+                        masks: vec![batch.masks[head].clone()],
+                        ..batch.clone()
+                    },
+                );
                 let mean: f64 = loss[0].clone().into_scalar().elem();
                 loss_sums[head] += mean * valid as f64;
                 counts[head] += valid;
@@ -308,7 +311,8 @@ impl<B: AutodiffBackend> TrainTask<B> for MedusaTraining<B> {
     fn loss(&self, model: &Self::Model, batch: Self::Batch) -> Tensor<B, 1> {
         let shared = self.shared.clone().map(Tensor::<B, 2>::from_inner);
         let logits = model.logits(batch.hidden.clone(), shared.as_ref());
-        weighted(head_losses(logits, &batch)).unwrap_or_else(|| Tensor::zeros([1], &batch.hidden.device()))
+        weighted(head_losses(logits, &batch))
+            .unwrap_or_else(|| Tensor::zeros([1], &batch.hidden.device()))
     }
 
     fn evaluate(

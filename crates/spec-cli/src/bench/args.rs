@@ -69,6 +69,10 @@ pub(crate) struct BenchArgs {
     /// The bigram model file for `bigram` methods that name none.
     #[arg(long, value_name = "FILE")]
     pub(super) bigram: Option<PathBuf>,
+    /// The Medusa heads file for `medusa` methods that name none (`cargo xtask bench` trains
+    /// SmolLM2's heads if none are cached).
+    #[arg(long, value_name = "FILE")]
+    pub(super) medusa_heads: Option<PathBuf>,
     /// Where to write report.md, report.json and the plots (default: `bench-out/<UTC time>`).
     #[arg(long, value_name = "DIR")]
     pub(super) out: Option<PathBuf>,

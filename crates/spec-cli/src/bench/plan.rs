@@ -3,6 +3,7 @@
 
 use anyhow::{Context, Result, bail};
 use spec_engine::method::{MethodError, MethodText, PlainSpec};
+use spec_medusa::spec::HEADS_KEY as MEDUSA_HEADS_KEY;
 use spec_ngram::spec::BIGRAM_FILE_KEY;
 use spec_sampling::spec::DRAFT_MODEL_KEY;
 
@@ -21,7 +22,7 @@ pub(super) const DRAFT_PAIR: (&str, &str) = ("qwen2.5-coder-1.5b", "qwen2.5-code
 /// `sampling` twice: at its default fixed `K` and with the length it picks itself; `tree` from
 /// the draft model beside it, and from prompt lookup's matches on SmolLM2.
 pub(super) const DEFAULT_METHODS: &str =
-    "plain,prompt-lookup,bigram,sampling,sampling:k=auto,tree,tree:lookup=on";
+    "plain,prompt-lookup,bigram,sampling,sampling:k=auto,tree,tree:lookup=on,medusa";
 
 pub(super) const DEFAULT_MAX_NEW_TOKENS: usize = 48;
 
@@ -37,7 +38,7 @@ pub(super) const DRAFT_GROUP_PER_CATEGORY: usize = 1;
 /// projections rounded to q8_0-a8 (the drafts' default), so that some drafts are rejected; a
 /// tree of a fixed shape, so that its levels are fed on the draft's cache whatever it costs.
 pub(super) const QUICK_METHODS: &str = "plain,prompt-lookup,bigram,sampling:draft=smollm2-135m:k=3,\
-    tree:draft=smollm2-135m:shape=2x2x1,tree:lookup=on";
+    tree:draft=smollm2-135m:shape=2x2x1,tree:lookup=on,medusa:tree=static";
 
 pub(super) const QUICK_MAX_NEW_TOKENS: usize = 32;
 
@@ -106,10 +107,18 @@ pub(super) fn plan(args: &BenchArgs) -> Result<Plan> {
             .bigram
             .as_ref()
             .map(|f| f.to_string_lossy().into_owned());
-        let method = match with_defaults(item.text, &draft, bigram.as_deref()) {
+        let heads = args
+            .medusa_heads
+            .as_ref()
+            .map(|f| f.to_string_lossy().into_owned());
+        let files = DefaultFiles {
+            bigram: bigram.as_deref(),
+            medusa_heads: heads.as_deref(),
+        };
+        let method = match with_defaults(item.text, &draft, files) {
             Ok(method) => method,
-            // A default method that lacks what only the user can give (a bigram file) is
-            // skipped, with a note.
+            // A default method that lacks what only the user can give (a bigram file, Medusa
+            // heads) is skipped, with a note.
             Err(e @ MethodError::Missing { .. }) if methods_defaulted => {
                 skipped.push(format!("`{}`: {e}", item.label));
                 continue;
@@ -168,31 +177,45 @@ pub(super) fn plan(args: &BenchArgs) -> Result<Plan> {
     })
 }
 
+/// The run's files for methods that name none.
+#[derive(Debug, Clone, Copy, Default)]
+struct DefaultFiles<'a> {
+    /// `--bigram`.
+    bigram: Option<&'a str>,
+    /// `--medusa-heads`.
+    medusa_heads: Option<&'a str>,
+}
+
 /// The method `text` names, with the run's defaults where it needs them: `draft` (the run's
-/// draft model) where it names no source of drafts and takes one, then `bigram` (the run's
-/// bigram file, `--bigram`) where it still lacks what it needs. A default never overrides what
-/// `text` names, nor adds a source to a method that has one (`tree:lookup=on` stays an n-gram
-/// tree of prompt lookup's matches).
+/// draft model) where it names no source of drafts and takes one, then the run's bigram file
+/// (`--bigram`) and Medusa heads (`--medusa-heads`) where it still lacks what it needs. A
+/// default never overrides what `text` names, nor adds a source to a method that has one
+/// (`tree:lookup=on` stays an n-gram tree of prompt lookup's matches).
 ///
 /// # Errors
 /// The method's own, once the defaults it can take are in.
 fn with_defaults(
     mut text: MethodText,
     draft: &str,
-    bigram: Option<&str>,
+    files: DefaultFiles<'_>,
 ) -> Result<Method, MethodError> {
     match Method::from_text(text.clone()) {
         Err(MethodError::Missing { .. }) => {}
         other => return other,
     }
     registry::supply(&mut text, DRAFT_MODEL_KEY, draft)?;
-    match (Method::from_text(text.clone()), bigram) {
-        (Err(MethodError::Missing { .. }), Some(file)) => {
-            registry::supply(&mut text, BIGRAM_FILE_KEY, file)?;
-            Method::from_text(text)
+    for (key, file) in [
+        (BIGRAM_FILE_KEY, files.bigram),
+        (MEDUSA_HEADS_KEY, files.medusa_heads),
+    ] {
+        match (Method::from_text(text.clone()), file) {
+            (Err(MethodError::Missing { .. }), Some(file)) => {
+                registry::supply(&mut text, key, file)?;
+            }
+            (other, _) => return other,
         }
-        (other, _) => other,
     }
+    Method::from_text(text)
 }
 
 /// New tokens and questions per category of one target's group: the flags, else the defaults
@@ -235,7 +258,7 @@ mod tests {
 
     #[test]
     fn default_plan_groups_methods_by_target_with_plain_first() {
-        let p = plan(&args(&["--bigram", "b.bin"])).unwrap();
+        let p = plan(&args(&["--bigram", "b.bin", "--medusa-heads", "h.st"])).unwrap();
         assert_eq!(
             labels(&p),
             [
@@ -245,7 +268,8 @@ mod tests {
                         "plain".to_owned(),
                         "prompt-lookup".into(),
                         "bigram".into(),
-                        "tree:lookup=on".into()
+                        "tree:lookup=on".into(),
+                        "medusa".into()
                     ]
                 ),
                 (
@@ -273,13 +297,15 @@ mod tests {
             format!("tree:draft={}", DRAFT_PAIR.1)
         );
         assert_eq!(p.groups[0].1[3].method.to_string(), "tree:lookup=on");
+        assert_eq!(p.groups[0].1[4].method.to_string(), "medusa:heads=h.st");
         assert_eq!(p.groups[0].1[2].draft, None);
         assert_eq!(p.max_new_tokens, DEFAULT_MAX_NEW_TOKENS);
 
-        // Without a bigram file the default bigram is skipped, with a note.
+        // Without a bigram file or heads, the default bigram and medusa are skipped, with notes.
         let p = plan(&args(&[])).unwrap();
-        assert_eq!(p.skipped.len(), 1);
+        assert_eq!(p.skipped.len(), 2);
         assert!(p.skipped[0].contains("bigram"));
+        assert!(p.skipped[1].contains("heads=FILE"), "{:?}", p.skipped);
     }
 
     #[test]
@@ -330,7 +356,14 @@ mod tests {
 
     #[test]
     fn quick_runs_every_method_on_the_small_target() {
-        let p = plan(&args(&["--quick", "--bigram", "b.bin"])).unwrap();
+        let p = plan(&args(&[
+            "--quick",
+            "--bigram",
+            "b.bin",
+            "--medusa-heads",
+            "h.st",
+        ]))
+        .unwrap();
         let sampling = "sampling:draft=smollm2-135m:k=3";
         assert_eq!(
             labels(&p),
@@ -342,7 +375,8 @@ mod tests {
                     "bigram".into(),
                     sampling.into(),
                     "tree:draft=smollm2-135m:shape=2x2x1".into(),
-                    "tree:lookup=on".into()
+                    "tree:lookup=on".into(),
+                    "medusa:tree=static".into()
                 ]
             )]
         );
@@ -355,10 +389,11 @@ mod tests {
         let mut known = crate::registry::known_names();
         known.sort_unstable();
         assert_eq!(names, known);
-        // Without a bigram file, bigram is skipped with a note.
+        // Without a bigram file or heads, bigram and medusa are skipped with notes.
         let p = plan(&args(&["--quick"])).unwrap();
         assert_eq!(labels(&p)[0].1.len(), 5);
         assert!(p.skipped[0].contains("bigram"), "{:?}", p.skipped);
+        assert!(p.skipped[1].contains("medusa"), "{:?}", p.skipped);
     }
 
     #[test]
