@@ -46,6 +46,8 @@ impl Default for MedusaSettings {
     }
 }
 
+/// Most plain steps `tree=auto` takes between two computations of the heads that did not pay.
+const MAX_IDLE: usize = 32;
 /// Calibration buckets: tenths of a head's probability of its candidate.
 const BUCKETS: usize = 10;
 /// Memory of each bucket (about 50 trials).
@@ -86,6 +88,10 @@ pub struct MedusaDrafter<B: Backend> {
     /// The target's hidden state `[1, hidden]` at the last accepted position.
     hidden: Option<Tensor<B, 2>>,
     pending: Option<Pending>,
+    /// `tree=auto`: plain steps left before the heads are computed again, and the wait after
+    /// the next computation that does not pay (doubling to [`MAX_IDLE`]).
+    idle: usize,
+    next_idle: usize,
 }
 
 impl<B: Backend> MedusaDrafter<B> {
@@ -118,6 +124,8 @@ impl<B: Backend> MedusaDrafter<B> {
             lengths: LengthController::default(),
             hidden: None,
             pending: None,
+            idle: 0,
+            next_idle: 1,
         })
     }
 
@@ -164,6 +172,10 @@ impl<B: Backend> MedusaDrafter<B> {
         if request.max_depth == 0 || self.lengths.wants_one_token_step() {
             return Ok(Draft::none(root));
         }
+        if self.idle > 0 {
+            self.idle -= 1;
+            return Ok(Draft::none(root));
+        }
         let start = Instant::now();
         let proposed = self.head_candidates(&mut request, hidden)?;
         let probabilities: Vec<Vec<f64>> = proposed
@@ -203,9 +215,18 @@ impl<B: Backend> MedusaDrafter<B> {
             TreeMode::Static => candidates.len() - 1,
             TreeMode::Auto => {
                 let spent = self.lengths.draft_cost().unwrap_or(0.0);
-                best_size(&candidates.expected_tokens_by_size(), spent, |w| {
-                    self.lengths.verification_cost(w)
-                })
+                let expected = candidates.expected_tokens_by_size();
+                let r = |w| self.lengths.verification_cost(w);
+                let keep = best_size(&expected, spent, r);
+                // Computing the heads paid if the step is expected to beat a plain one with
+                // their cost counted; if not, plain steps follow, more of them each time.
+                if expected[keep] / (spent + r(keep + 1)) > 1.0 / r(1) {
+                    self.next_idle = 1;
+                } else {
+                    self.idle = self.next_idle;
+                    self.next_idle = (self.next_idle * 2).min(MAX_IDLE);
+                }
+                keep
             }
         }
         .min(limit);
@@ -276,6 +297,7 @@ impl<B: Backend> Drafter<B> for MedusaDrafter<B> {
     fn begin(&mut self, _prompt: &[u32]) -> Result<(), EngineError> {
         self.pending = None;
         self.hidden = None;
+        self.idle = 0;
         Ok(())
     }
 

@@ -24,7 +24,9 @@
 //! by rank (Medusa's sparse tree) and the tree keeps `nodes` nodes; with `tree=auto` (default),
 //! `c` is the acceptance measured so far of candidates given the same probability by the same
 //! head, and the tree is cut to the size that maximizes expected tokens per measured cost
-//! (`spec_tree::sizing`). Every candidate is fixed in advance, so the verification is
+//! (`spec_tree::sizing`), the heads' own measured cost included; where even the best tree would
+//! not beat a plain step, plain steps follow (1, 2, 4, … up to 32 before the heads are tried
+//! again), so weak heads cost little. Every candidate is fixed in advance, so the verification is
 //! `spec_core`'s rule for deterministic candidates: accept `x` with the residual's `p(x)`, on
 //! rejection zero it and renormalize. The output follows the target's distribution; greedy
 //! output equals plain greedy decoding. Medusa's lossy "typical acceptance" is not offered.
