@@ -146,7 +146,7 @@ impl<B: Backend> MedusaDrafter<B> {
                 .projections
                 .iter()
                 .enumerate()
-                .map(|(k, p)| p.forward(states.clone().slice([k..k + 1])))
+                .map(|(k, p)| p.forward(states.clone().narrow(0, k, 1)))
                 .collect();
             Tensor::cat(rows, 0)
         } else {
@@ -313,7 +313,7 @@ impl<B: Backend> Drafter<B> for MedusaDrafter<B> {
             ));
         };
         let rows = hidden.dims()[0];
-        self.hidden = Some(hidden.clone().slice([rows - 1..rows]));
+        self.hidden = Some(hidden.clone().narrow(0, rows - 1, 1));
         if let Some(pending) = self.pending.take() {
             self.learn(outcome, pending);
         }

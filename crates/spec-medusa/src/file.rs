@@ -49,7 +49,10 @@ fn file_error(path: &Path, message: impl Into<String>) -> MedusaError {
     }
 }
 
-fn host<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> Result<(Vec<usize>, Vec<u8>)> {
+/// A tensor's shape and little-endian f32 bytes.
+type HostBytes = (Vec<usize>, Vec<u8>);
+
+fn host<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> Result<HostBytes> {
     let shape = tensor.dims().to_vec();
     let values: Vec<f32> = tensor
         .into_data()
@@ -73,7 +76,7 @@ pub fn save<B: Backend>(heads: &MedusaHeads<B>, info: &HeadsInfo, path: &Path) -
             heads.own_projections()
         )));
     }
-    let mut tensors: Vec<(String, (Vec<usize>, Vec<u8>))> = Vec::new();
+    let mut tensors: Vec<(String, HostBytes)> = Vec::new();
     for (k, block) in heads.blocks.iter().enumerate() {
         tensors.push((
             format!("head.{k}.residual.weight"),

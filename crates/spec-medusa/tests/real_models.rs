@@ -46,7 +46,7 @@ impl DraftModelSource<B> for NoDrafts {
 #[test]
 fn medusa_greedy_equals_plain() {
     let model = std::env::var("SPEC_MEDUSA_MODEL").unwrap_or_else(|_| "smollm2-135m".into());
-    let Ok(target_path) = spec_models::resolve(&model).map(PathBuf::from) else {
+    let Ok(target_path) = spec_models::resolve(&model) else {
         assert!(
             std::env::var("SPEC_REQUIRE_MODELS").as_deref() != Ok("1"),
             "SPEC_REQUIRE_MODELS=1 but {model} is not cached"
