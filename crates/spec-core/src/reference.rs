@@ -445,6 +445,34 @@ pub fn verify_tree(
     walk(tree, &target, proposal, &mut UniformChooser(&uniforms))
 }
 
+/// How far `counts` of `runs` seeded generations stand from the exact `law` over the same cells,
+/// as `(tv, bound)`: the total-variation distance (cells the law gives no mass count in full)
+/// and the bound it stays under with probability 99.9% when the generations follow the law,
+/// `E[TV] ≤ ½ Σ √(p (1 − p) / n)` plus McDiarmid's `√(ln 1000 / (2n))`.
+pub fn empirical_tv<K: Eq + std::hash::Hash>(
+    law: &std::collections::HashMap<K, f64>,
+    counts: &std::collections::HashMap<K, u64>,
+    runs: u64,
+) -> (f64, f64) {
+    let n = runs as f64;
+    let bound = 0.5
+        * law
+            .values()
+            .map(|p| (p * (1.0 - p) / n).sqrt())
+            .sum::<f64>()
+        + (1000f64.ln() / (2.0 * n)).sqrt();
+    let mut tv: f64 = law
+        .iter()
+        .map(|(cell, &p)| (counts.get(cell).copied().unwrap_or(0) as f64 / n - p).abs())
+        .sum();
+    tv += counts
+        .iter()
+        .filter(|(cell, _)| !law.contains_key(*cell))
+        .map(|(_, &c)| c as f64 / n)
+        .sum::<f64>();
+    (tv / 2.0, bound)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -210,26 +210,7 @@ fn sampled_trees_follow_the_targets_law() {
             *counts.entry((spec.tokens[0], spec.tokens[1])).or_default() += 1;
         }
         assert!(drafted > 0);
-        // 99.9% bound on the TV distance of an n-sample empirical law (see spec-core's
-        // tests/statistical.rs): ½ Σ √(p(1−p)/n) + √(ln(1000) / (2n)).
-        let n = runs as f64;
-        let bound = 0.5
-            * law
-                .values()
-                .map(|p| (p * (1.0 - p) / n).sqrt())
-                .sum::<f64>()
-            + (1000f64.ln() / (2.0 * n)).sqrt();
-        let mut tv = 0.0;
-        for (cell, &p) in &law {
-            let got = counts.get(cell).copied().unwrap_or(0) as f64 / n;
-            tv += (got - p).abs();
-        }
-        tv += counts
-            .iter()
-            .filter(|(cell, _)| !law.contains_key(cell))
-            .map(|(_, &c)| c as f64 / n)
-            .sum::<f64>();
-        let tv = tv / 2.0;
+        let (tv, bound) = spec_core::reference::empirical_tv(&law, &counts, runs);
         assert!(tv < bound, "{sampling:?}: TV {tv:.4} ≥ bound {bound:.4}");
         println!("{sampling:?}: TV {tv:.4} < {bound:.4}, {drafted} drafted");
     }
