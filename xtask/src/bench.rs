@@ -31,11 +31,7 @@ pub(crate) fn run_bench(args: BenchArgs) -> Result<()> {
         return run(&mut spec(&[]));
     }
 
-    eprintln!("xtask: building spec (release; the first build takes minutes)");
-    run(cargo()
-        .current_dir(&root)
-        .args(["build", "--release", "-p", "spec-cli"])
-        .args(features.iter().flat_map(|f| ["--features", *f])))?;
+    build_spec(features)?;
 
     // `spec bench` decides which models a run needs; ask it rather than repeat its rules here.
     let mut list = spec(&["--list-models"]);
@@ -142,18 +138,31 @@ pub(crate) fn run_bench_forward(args: BenchForwardArgs) -> Result<()> {
     let root = workspace_root();
     let mut spec = spec_command(&root, None, "bench-forward", &args.args);
     if !args.args.iter().any(|a| a == "--help" || a == "-h") {
-        eprintln!("xtask: building spec (release; the first build takes minutes)");
-        run(cargo()
-            .current_dir(&root)
-            .args(["build", "--release", "-p", "spec-cli"]))?;
-        if let Some(model) = flag_value(&args.args, "--model")
-            && spec_models::reference_model(&model).is_some()
-        {
-            let xtask = std::env::current_exe().context("locating the xtask binary")?;
-            run(Command::new(xtask).arg("fetch-models").arg(&model))?;
+        build_spec(None)?;
+        if let Some(model) = flag_value(&args.args, "--model") {
+            fetch_reference(&model)?;
         }
     }
     run(&mut spec)
+}
+
+/// Builds `spec` in release, with the backend `feature` where one is named.
+pub(crate) fn build_spec(feature: Option<&str>) -> Result<()> {
+    eprintln!("xtask: building spec (release; the first build takes minutes)");
+    run(cargo()
+        .current_dir(workspace_root())
+        .args(["build", "--release", "-p", "spec-cli"])
+        .args(feature.iter().flat_map(|f| ["--features", *f])))
+}
+
+/// Fetches `model` with `cargo xtask fetch-models` where it names a reference model (a path is
+/// left alone).
+pub(crate) fn fetch_reference(model: &str) -> Result<()> {
+    if spec_models::reference_model(model).is_some() {
+        let xtask = std::env::current_exe().context("locating the xtask binary")?;
+        run(Command::new(xtask).arg("fetch-models").arg(model))?;
+    }
+    Ok(())
 }
 
 /// `cargo run --release -p spec-cli --bin spec [--features F] -- SUBCOMMAND ARGS` from `root`.

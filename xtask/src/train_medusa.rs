@@ -4,9 +4,9 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 
-use crate::bench::{cargo, flag_value, spec_command, workspace_root};
+use crate::bench::{build_spec, fetch_reference, flag_value, spec_command, workspace_root};
 use crate::run;
 use crate::training_data::{default_dir, ensure_training_data};
 
@@ -49,30 +49,13 @@ fn data_args(data: &str) -> Result<Vec<String>> {
     Ok(vec![flag.to_owned(), path.to_string_lossy().into_owned()])
 }
 
-fn build_spec() -> Result<()> {
-    eprintln!("xtask: building spec (release; the first build takes minutes)");
-    run(cargo()
-        .current_dir(workspace_root())
-        .args(["build", "--release", "-p", "spec-cli"]))
-}
-
-fn fetch_model(model: &str) -> Result<()> {
-    if spec_models::reference_model(model).is_some() {
-        let xtask = std::env::current_exe().context("locating the xtask binary")?;
-        run(std::process::Command::new(xtask)
-            .arg("fetch-models")
-            .arg(model))?;
-    }
-    Ok(())
-}
-
 pub(crate) fn run_train(args: TrainMedusaArgs) -> Result<()> {
     let root = workspace_root();
     if args.args.iter().any(|a| a == "--help" || a == "-h") {
         return run(&mut spec_command(&root, None, "train-medusa", &args.args));
     }
-    build_spec()?;
-    fetch_model(&args.model)?;
+    build_spec(None)?;
+    fetch_reference(&args.model)?;
     let mut all = vec!["--model".to_owned(), args.model.clone()];
     all.extend(data_args(&args.data)?);
     all.extend(args.args);

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use burn::module::AutodiffModule;
 use burn::tensor::activation::log_softmax;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use spec_train::data::DistilledSet;
@@ -161,15 +161,22 @@ fn head_losses<C: Backend>(logits: Vec<Tensor<C, 2>>, batch: &MedusaBatch<C>) ->
     logits
         .into_iter()
         .zip(batch.targets.iter().zip(&batch.masks))
-        .map(|(logits, (targets, mask))| {
-            let n = batch.rows;
-            let picked = log_softmax(logits, 1)
-                .gather(1, targets.clone().reshape([n, 1]))
-                .reshape([n]);
-            let count = mask.clone().sum().clamp_min(1.0);
-            -(picked * mask.clone()).sum() / count
-        })
+        .map(|(logits, (targets, mask))| head_loss(logits, targets, mask))
         .collect()
+}
+
+/// One head's mean cross-entropy over the rows `mask` keeps, `[1]`.
+fn head_loss<C: Backend>(
+    logits: Tensor<C, 2>,
+    targets: &Tensor<C, 1, Int>,
+    mask: &Tensor<C, 1>,
+) -> Tensor<C, 1> {
+    let [n, _] = logits.dims();
+    let picked = log_softmax(logits, 1)
+        .gather(1, targets.clone().reshape([n, 1]))
+        .reshape([n]);
+    let count = mask.clone().sum().clamp_min(1.0);
+    -(picked * mask.clone()).sum() / count
 }
 
 /// `Σ_k λ_k · loss_k`.
@@ -238,15 +245,8 @@ impl<B: AutodiffBackend> MedusaTraining<B> {
             for (head, logits) in logits.into_iter().enumerate() {
                 let ranks = target_ranks(logits.clone(), &batch.targets[head], &batch.masks[head]);
                 let valid = ranks.iter().flatten().count();
-                let loss = head_losses(
-                    vec![logits],
-                    &MedusaBatch {
-                        targets: vec![batch.targets[head].clone()],
-                        masks: vec![batch.masks[head].clone()],
-                        ..batch.clone()
-                    },
-                );
-                let mean: f64 = loss[0].clone().into_scalar().elem();
+                let loss = head_loss(logits, &batch.targets[head], &batch.masks[head]);
+                let mean: f64 = loss.into_scalar().elem();
                 loss_sums[head] += mean * valid as f64;
                 counts[head] += valid;
                 for r in ranks.into_iter().flatten() {
@@ -283,8 +283,6 @@ impl<B: AutodiffBackend> MedusaTraining<B> {
         }
     }
 }
-
-use burn::tensor::ElementConversion;
 
 impl<B: AutodiffBackend> TrainTask<B> for MedusaTraining<B> {
     type Model = MedusaHeads<B>;
