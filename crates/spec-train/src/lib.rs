@@ -2,7 +2,8 @@
 //! early-exit heads and distilled drafts.
 //!
 //! - [`data`]: training text from packages (ShareGPT conversations, HumanEval problems), answered
-//!   by the target itself and cached on disk with the target's last-layer hidden states.
+//!   by the target itself or by the package's own replies teacher-forced through the target
+//!   ([`data::AnswerSource`]), and cached on disk with the target's last-layer hidden states.
 //! - [`identity`]: which target a trained artefact belongs to.
 //!
 //! The loop, generic over any `B: AutodiffBackend` (Flex on the CPU, CUDA or wgpu elsewhere):

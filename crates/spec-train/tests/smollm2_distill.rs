@@ -93,6 +93,7 @@ fn smollm2_distills_sharegpt_prompts_once() {
             max_prompt_tokens: 512,
             max_new_tokens: tokens,
             sampling: SamplingConfig::greedy(),
+            ..DistillSettings::default()
         },
     };
 

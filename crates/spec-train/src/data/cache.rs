@@ -460,6 +460,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+    use crate::data::AnswerSource;
 
     const HIDDEN: usize = 3;
 
@@ -563,6 +564,33 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("unreadable"), "{err}");
+    }
+
+    /// A key of [`AnswerSource::Target`] hashes as before the answer source existed: the
+    /// folder of SmolLM2's 128-token ShareGPT answers made then is found again.
+    #[test]
+    fn target_answers_keep_their_folder_and_dataset_answers_get_another() {
+        let key = CacheKey {
+            model: "sha256:b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53".into(),
+            source: "sharegpt".into(),
+            settings: DistillSettings {
+                max_prompt_tokens: 256,
+                max_new_tokens: 128,
+                ..DistillSettings::default()
+            },
+        };
+        assert_eq!(key.folder_name().unwrap(), "232f5f0ed96a270e");
+        let json = serde_json::to_string(&key).unwrap();
+        assert!(!json.contains("answers"), "{json}");
+        let read: CacheKey = serde_json::from_str(&json).unwrap();
+        assert_eq!(read.settings.answers, AnswerSource::Target);
+
+        let mut dataset = key.clone();
+        dataset.settings.answers = AnswerSource::Dataset;
+        assert_ne!(dataset.folder_name().unwrap(), "232f5f0ed96a270e");
+        let json = serde_json::to_string(&dataset).unwrap();
+        assert!(json.contains(r#""answers":"dataset""#), "{json}");
+        assert_eq!(serde_json::from_str::<CacheKey>(&json).unwrap(), dataset);
     }
 
     impl DistilledSequence {

@@ -24,7 +24,40 @@ pub struct DistillSettings {
     pub max_new_tokens: usize,
     /// Greedy by default; with a temperature, each prompt draws from its own stream (the seed
     /// mixed with a hash of the prompt's text, so an answer depends on nothing but its prompt).
+    /// Unused with [`AnswerSource::Dataset`].
     pub sampling: SamplingConfig,
+    /// Who writes the answers. Left out of the key's JSON when it is [`AnswerSource::Target`],
+    /// so caches made before the field existed keep their folders.
+    #[serde(default, skip_serializing_if = "AnswerSource::is_target")]
+    pub answers: AnswerSource,
+}
+
+/// Where the answers the heads learn from come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AnswerSource {
+    /// The target answers each prompt itself, one decoding step a token
+    /// ([`distill_sequence`]).
+    #[default]
+    Target,
+    /// The dataset's reply ([`super::Prompt::reply`]), teacher-forced through the target in
+    /// one pass at prefill speed ([`super::teacher_forced_sequence`]); prompts without one are
+    /// skipped.
+    Dataset,
+}
+
+impl AnswerSource {
+    pub fn is_target(&self) -> bool {
+        *self == Self::Target
+    }
+
+    /// `target` or `dataset`, as in the cache key and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Target => "target",
+            Self::Dataset => "dataset",
+        }
+    }
 }
 
 impl Default for DistillSettings {
@@ -33,6 +66,7 @@ impl Default for DistillSettings {
             max_prompt_tokens: 512,
             max_new_tokens: 256,
             sampling: SamplingConfig::greedy(),
+            answers: AnswerSource::Target,
         }
     }
 }
@@ -57,6 +91,10 @@ impl DistillSettings {
 pub trait PromptEncoder {
     /// The prompt as the target sees it, at most `max_tokens` long.
     fn encode_prompt(&self, text: &str, max_tokens: usize) -> Result<Vec<u32>>;
+
+    /// A reply's tokens, to follow [`PromptEncoder::encode_prompt`]'s: what the target's
+    /// answer holds where it writes this text (no stop token).
+    fn encode_reply(&self, text: &str) -> Result<Vec<u32>>;
 
     /// Tokens that end an answer.
     fn stop_tokens(&self) -> &[u32];
@@ -92,6 +130,12 @@ impl PromptEncoder for TextTokenizer {
             }
             keep = keep.saturating_sub((ids.len() - max_tokens).max(1));
         }
+    }
+
+    /// The text encoded alone, without special tokens: the prompt ends with the assistant's
+    /// header, so the reply starts a fresh piece of text, as the target's own answer does.
+    fn encode_reply(&self, text: &str) -> Result<Vec<u32>> {
+        Ok(self.encode(text, false)?)
     }
 
     fn stop_tokens(&self) -> &[u32] {

@@ -1,5 +1,6 @@
 //! HumanEval's problems (`HumanEval.jsonl.gz`: one JSON object a line with `task_id` and
-//! `prompt`, a Python signature and docstring), framed as requests to complete the function.
+//! `prompt`, a Python signature and docstring), framed as requests to complete the function;
+//! the reply is the function completed by its `canonical_solution`, in a code block.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
@@ -15,6 +16,8 @@ use super::{DataError, Result};
 struct Problem {
     task_id: String,
     prompt: String,
+    #[serde(default)]
+    canonical_solution: Option<String>,
 }
 
 /// The request a problem becomes: the chat models answer a request, not a bare signature.
@@ -23,6 +26,12 @@ fn frame(code: &str) -> String {
         "Complete this Python function:\n\n```python\n{}\n```",
         code.trim_end()
     )
+}
+
+/// The reply a solution becomes: the whole function in a code block, as a chat model answers
+/// the request [`frame`] makes (the body alone would not follow the prompt's chat turn).
+fn frame_solution(code: &str, body: &str) -> String {
+    format!("```python\n{}{}\n```", code, body.trim_end())
 }
 
 /// Reads the gzip-compressed JSON lines at `path` (see [`parse_humaneval`]).
@@ -50,9 +59,14 @@ pub fn parse_humaneval(reader: impl Read, path: &Path) -> Result<Vec<Prompt>> {
                 format!("line {}: not a problem (`task_id`, `prompt`): {e}", i + 1),
             )
         })?;
+        let reply = problem
+            .canonical_solution
+            .filter(|body| !body.trim().is_empty())
+            .map(|body| frame_solution(&problem.prompt, &body));
         prompts.push(Prompt {
             id: format!("humaneval:{}", problem.task_id),
             text: frame(&problem.prompt),
+            reply,
         });
     }
     if prompts.is_empty() {
@@ -81,7 +95,7 @@ mod tests {
     #[test]
     fn problems_become_requests() {
         let data = gz(concat!(
-            r#"{"task_id": "HumanEval/0", "prompt": "def add(a, b):\n    \"\"\"Add.\"\"\"\n", "entry_point": "add"}"#,
+            r#"{"task_id": "HumanEval/0", "prompt": "def add(a, b):\n    \"\"\"Add.\"\"\"\n", "entry_point": "add", "canonical_solution": "    return a + b\n"}"#,
             "\n\n",
             r#"{"task_id": "HumanEval/1", "prompt": "def neg(x):\n"}"#,
             "\n"
@@ -93,7 +107,12 @@ mod tests {
             prompts[0].text,
             "Complete this Python function:\n\n```python\ndef add(a, b):\n    \"\"\"Add.\"\"\"\n```"
         );
+        assert_eq!(
+            prompts[0].reply.as_deref(),
+            Some("```python\ndef add(a, b):\n    \"\"\"Add.\"\"\"\n    return a + b\n```")
+        );
         assert_eq!(prompts[1].id, "humaneval:HumanEval/1");
+        assert_eq!(prompts[1].reply, None);
     }
 
     #[test]
@@ -114,6 +133,8 @@ mod tests {
         let Ok(path) = std::env::var("SPEC_HUMANEVAL_GZ") else {
             return;
         };
-        assert_eq!(read_humaneval(Path::new(&path)).unwrap().len(), 164);
+        let prompts = read_humaneval(Path::new(&path)).unwrap();
+        assert_eq!(prompts.len(), 164);
+        assert!(prompts.iter().all(|p| p.reply.is_some()));
     }
 }

@@ -5,10 +5,16 @@
 //!   ([`PromptSource`]). [`load_prompts`] drops duplicates and anything `spec bench` measures
 //!   ([`bench_prompts`]), and orders them by a hash of their text; [`split_held_out`] sets a
 //!   fraction apart by the same kind of hash.
-//! - Answers: [`distill_sequence`] lets the target answer a prompt (rendered with its chat
-//!   template, as `spec bench` renders it) through the engine's loop, recording the
-//!   last-layer hidden state behind every answer token.
-//! - [`distill_set`] does that for a whole split through a [`DistillCache`] on disk, so a
+//! - Answers, from one of two sources ([`AnswerSource`], part of the cache key):
+//!   - [`AnswerSource::Target`] (the default): [`distill_sequence`] lets the target answer a
+//!     prompt (rendered with its chat template, as `spec bench` renders it) through the
+//!     engine's loop, recording the last-layer hidden state behind every answer token. The
+//!     answers are the target's own, at its decoding speed: one pass a token.
+//!   - [`AnswerSource::Dataset`]: [`teacher_forced_sequence`] feeds the dataset's reply
+//!     ([`Prompt::reply`]) after the prompt and keeps the same hidden states, from passes over
+//!     many tokens at once (prefill speed). The tokens are the dataset's writing, not the
+//!     target's; the states are the target's reading of them, as Medusa's own recipe trains.
+//! - [`distill_set`] does either for a whole split through a [`DistillCache`] on disk, so a
 //!   second run with the same model and settings reads what the first made.
 
 mod bench;
@@ -20,18 +26,20 @@ mod prompts;
 mod set;
 mod sharegpt;
 mod split;
+mod teacher;
 
 use std::path::PathBuf;
 
 pub use bench::{BENCH_PROMPTS_DIR, bench_prompts, bench_prompts_in};
 pub use cache::{CacheKey, DistillCache, model_identity};
-pub use distill::{DistillSettings, PromptEncoder, distill_sequence};
+pub use distill::{AnswerSource, DistillSettings, PromptEncoder, distill_sequence};
 pub use distill_set::{DistillProgress, distill_set};
 pub use humaneval::{parse_humaneval, read_humaneval};
 pub use prompts::{LoadedPrompts, Prompt, PromptSource, load_prompts};
 pub use set::{DistilledSequence, DistilledSet};
 pub use sharegpt::{ShareGptPrompts, parse_sharegpt, read_sharegpt};
 pub use split::{PromptSplit, is_held_out, split_held_out};
+pub use teacher::teacher_forced_sequence;
 
 /// What can go wrong reading prompts, distilling answers or using the cache.
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +62,11 @@ pub enum DataError {
     Tokenizer(#[from] spec_tokenizer::TokenizerError),
     #[error(transparent)]
     Engine(#[from] spec_engine::EngineError),
+    #[error(transparent)]
+    Runtime(#[from] spec_runtime::RuntimeError),
+    /// Hidden states that could not be read back, or not as many as the answer needs.
+    #[error("the target's hidden states: {0}")]
+    HiddenStates(String),
     #[error(transparent)]
     Models(#[from] spec_models::ModelsError),
 }

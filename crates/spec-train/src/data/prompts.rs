@@ -11,12 +11,16 @@ use super::humaneval::read_humaneval;
 use super::sharegpt::read_sharegpt;
 use super::{DataError, Result};
 
-/// A prompt: a user's request, before any chat template.
+/// A prompt: a user's request, before any chat template, and the dataset's reply to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Prompt {
     /// Where it came from (`sharegpt:<id>`, `humaneval:<task>`, `<file name>:<line>`).
     pub id: String,
     pub text: String,
+    /// The source's own answer (trimmed, never empty), what [`super::AnswerSource::Dataset`]
+    /// teacher-forces: ShareGPT's assistant turn, HumanEval's canonical solution, a `.jsonl`
+    /// file's `"reply"`; `None` where the source has none.
+    pub reply: Option<String>,
 }
 
 /// A source of prompts.
@@ -26,8 +30,8 @@ pub enum PromptSource {
     ShareGpt(PathBuf),
     /// HumanEval's `HumanEval.jsonl.gz`: each problem as a request to complete the function.
     HumanEval(PathBuf),
-    /// A file of one's own: JSON lines with a `"text"` field where the name ends in `.jsonl`,
-    /// otherwise one prompt a non-empty line.
+    /// A file of one's own: JSON lines with a `"text"` field (and optionally a `"reply"`)
+    /// where the name ends in `.jsonl`, otherwise one prompt a non-empty line.
     File(PathBuf),
 }
 
@@ -67,6 +71,14 @@ impl PromptSource {
 #[derive(Deserialize)]
 struct TextLine {
     text: String,
+    #[serde(default)]
+    reply: Option<String>,
+}
+
+/// `text` trimmed, or `None` where nothing is left: an empty reply is no reply.
+pub(crate) fn non_empty_reply(text: &str) -> Option<String> {
+    let text = text.trim();
+    (!text.is_empty()).then(|| text.to_owned())
 }
 
 fn read_prompt_file(path: &Path) -> Result<Vec<Prompt>> {
@@ -81,20 +93,20 @@ fn read_prompt_file(path: &Path) -> Result<Vec<Prompt>> {
         if line.trim().is_empty() {
             continue;
         }
-        let text = if jsonl {
-            serde_json::from_str::<TextLine>(line)
-                .map_err(|e| {
-                    DataError::format(path, format!("line {}: no `text` field: {e}", i + 1))
-                })?
-                .text
+        let (text, reply) = if jsonl {
+            let line = serde_json::from_str::<TextLine>(line).map_err(|e| {
+                DataError::format(path, format!("line {}: no `text` field: {e}", i + 1))
+            })?;
+            (line.text, line.reply)
         } else {
-            line.to_owned()
+            (line.to_owned(), None)
         };
         let text = text.trim();
         if !text.is_empty() {
             prompts.push(Prompt {
                 id: format!("{name}:{}", i + 1),
                 text: text.to_owned(),
+                reply: reply.as_deref().and_then(non_empty_reply),
             });
         }
     }
@@ -181,13 +193,19 @@ mod tests {
         assert_eq!(read.len(), 2);
         assert_eq!(read[1].text, "two");
         assert_eq!(read[1].id, "p.txt:3");
+        assert_eq!(read[1].reply, None);
         let jsonl = write(
             dir.path(),
             "p.jsonl",
-            "{\"text\": \"a\\nb\", \"x\": 1}\n{\"text\": \"c\"}\n",
+            concat!(
+                "{\"text\": \"a\\nb\", \"x\": 1}\n{\"text\": \"c\", \"reply\": \" d \"}\n",
+                "{\"text\": \"e\", \"reply\": \"  \"}\n"
+            ),
         );
         let read = PromptSource::File(jsonl.clone()).read().unwrap();
         assert_eq!(read[0].text, "a\nb");
+        let replies: Vec<_> = read.iter().map(|p| p.reply.as_deref()).collect();
+        assert_eq!(replies, [None, Some("d"), None]);
         assert_eq!(PromptSource::File(jsonl).label(), "file:p.jsonl");
         let bad = write(dir.path(), "bad.jsonl", "{\"turns\": []}\n");
         let err = PromptSource::File(bad).read().unwrap_err().to_string();

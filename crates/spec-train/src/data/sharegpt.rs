@@ -11,14 +11,15 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::prompts::Prompt;
+use super::prompts::{Prompt, non_empty_reply};
 use super::{DataError, Result};
 
 /// What a ShareGPT file held.
 #[derive(Debug, Clone, Default)]
 pub struct ShareGptPrompts {
-    /// The first non-empty human turn of each complete record, trimmed, in file order; ids
-    /// are `sharegpt:<record id>`.
+    /// The first human turn of each complete record where it is not empty, trimmed, in file
+    /// order; ids are `sharegpt:<record id>`. The reply is the first non-empty gpt turn
+    /// before the next human turn, trimmed.
     pub prompts: Vec<Prompt>,
     /// Complete records read (with or without a human turn).
     pub records: usize,
@@ -98,18 +99,30 @@ fn take_record(element: &[u8], out: &mut ShareGptPrompts) {
     };
     let index = out.records;
     out.records += 1;
-    let first_human = record
-        .conversations
-        .into_iter()
-        .find(|turn| turn.from == "human")
-        .and_then(|turn| turn.value)
-        .map(|value| value.trim().to_owned())
+    let turns = &record.conversations;
+    let Some(human) = turns.iter().position(|turn| turn.from == "human") else {
+        return;
+    };
+    let first_human = turns[human]
+        .value
+        .as_deref()
+        .map(str::trim)
         .filter(|value| !value.is_empty());
     if let Some(text) = first_human {
-        let id = record.id.unwrap_or_else(|| format!("#{index}"));
+        // The answer to this turn: a gpt turn after the next human turn answers that one.
+        let reply = turns[human + 1..]
+            .iter()
+            .take_while(|turn| turn.from != "human")
+            .filter(|turn| turn.from == "gpt")
+            .find_map(|turn| turn.value.as_deref().and_then(non_empty_reply));
+        let id = record
+            .id
+            .as_deref()
+            .map_or_else(|| format!("#{index}"), str::to_owned);
         out.prompts.push(Prompt {
             id: format!("sharegpt:{id}"),
-            text,
+            text: text.to_owned(),
+            reply,
         });
     }
 }
@@ -210,6 +223,12 @@ mod tests {
         {"from": "gpt", "value": "A continuation."},
         {"from": "human", "value": "Second question"}]},
       {"id": "c_0", "conversations": [{"from": "human", "value": "   "}]},
+      {"id": "f_0", "conversations": [
+        {"from": "human", "value": "Third"}, {"from": "gpt", "value": " "},
+        {"from": "gpt", "value": " Late answer. "}]},
+      {"id": "g_0", "conversations": [
+        {"from": "human", "value": "Fourth"}, {"from": "human", "value": "Again"},
+        {"from": "gpt", "value": "To the second."}]},
       {"id": "d_0", "conversations": []},
       {"id": "e_0", "conversations": [
         {"from": "human", "value": "Cut short \\\" here"#;
@@ -218,12 +237,22 @@ mod tests {
     fn a_cut_short_array_keeps_its_complete_records() {
         let read = parse(RECORDS).unwrap();
         assert!(read.cut_short);
-        assert_eq!(read.records, 4);
+        assert_eq!(read.records, 6);
         assert_eq!(read.unreadable, 0);
         let texts: Vec<_> = read.prompts.iter().map(|p| p.text.as_str()).collect();
         assert_eq!(
             texts,
-            ["First question? {not json} \"quoted\" ]", "Second question"]
+            [
+                "First question? {not json} \"quoted\" ]",
+                "Second question",
+                "Third",
+                "Fourth"
+            ]
+        );
+        let replies: Vec<_> = read.prompts.iter().map(|p| p.reply.as_deref()).collect();
+        assert_eq!(
+            replies,
+            [Some("An answer."), None, Some("Late answer."), None]
         );
         assert_eq!(read.prompts[0].id, "sharegpt:a_0");
         assert_eq!(read.prompts[1].id, "sharegpt:b_0");

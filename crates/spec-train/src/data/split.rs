@@ -81,6 +81,7 @@ mod tests {
             .map(|i| Prompt {
                 id: format!("p:{i}"),
                 text: format!("prompt number {i}"),
+                reply: None,
             })
             .collect()
     }
