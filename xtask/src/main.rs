@@ -56,8 +56,8 @@ enum Cmd {
     /// Download the training prompts (ShareGPT conversations, HumanEval problems) and print
     /// where they are.
     FetchTrainingData(training_data::FetchTrainingDataArgs),
-    /// Train Medusa heads for a target on its own answers to ShareGPT or HumanEval prompts
-    /// (`spec train-medusa`, release; options pass through).
+    /// Train Medusa heads for a target on ShareGPT's or HumanEval's replies teacher-forced
+    /// through it (`spec train-medusa`, release; options pass through).
     TrainMedusa(train_medusa::TrainMedusaArgs),
 }
 

@@ -80,8 +80,9 @@ const QUICK_TRAINING: &[&str] = &[
 
 /// When the run includes a Medusa method on the default target without naming heads (the
 /// default run and `--quick` do): SmolLM2's cached heads (`--quick`: a quickly trained set),
-/// trained first if they are not there (answers from ShareGPT prompts, then the heads: about
-/// 15 minutes on the reference 2-core CPU; 1 minute for `--quick`'s). `spec` is built already.
+/// trained first if they are not there (ShareGPT's replies teacher-forced, then the heads:
+/// about 15 minutes on the reference 2-core CPU; 1 minute for `--quick`'s). `spec` is built
+/// already.
 pub(crate) fn default_heads(args: &[String]) -> Result<Option<PathBuf>> {
     if !wants_default_heads(args) {
         return Ok(None);

@@ -45,8 +45,8 @@ enum Command {
     /// bandwidth bound, per weight format (`cargo xtask bench-forward`; flex only).
     #[cfg(feature = "flex")]
     BenchForward(bench_forward::BenchForwardArgs),
-    /// Train Medusa heads for a target on its own answers (`cargo xtask train-medusa`; flex
-    /// only).
+    /// Train Medusa heads for a target on its own answers or the dataset's
+    /// (`cargo xtask train-medusa`; flex only).
     #[cfg(feature = "flex")]
     TrainMedusa(train_medusa::TrainMedusaArgs),
 }

@@ -179,6 +179,7 @@ fn medusa_heads_that_are_missing_broken_or_of_another_model() {
         },
         rank_accuracy: vec![vec![0.5]],
         training: serde_json::Value::Null,
+        draft_vocab: None,
     };
     spec_medusa::file::save(&heads, &info, &other).expect("saving heads");
     medusa(

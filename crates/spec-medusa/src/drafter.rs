@@ -3,17 +3,31 @@
 
 use std::time::Instant;
 
-use burn::tensor::{Tensor, backend::Backend};
+use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
 use spec_core::length::{AcceptanceByConfidence, AcceptanceRate, LengthController};
 use spec_core::step::StepNeeds;
 use spec_core::tree::NodeId;
 use spec_engine::{Draft, DraftRequest, Drafter, EngineError, StepOutcome};
+use spec_runtime::HostTensor;
+use spec_runtime::model::{Linear as HostLinear, WeightFormat};
 use spec_tree::sizing::best_size;
 use spec_tree::{Candidates, trials};
 
 use crate::error::MedusaError;
 use crate::heads::MedusaHeads;
 use crate::tree::{HeadCandidates, Origin, assemble, non_increasing};
+use crate::vocab::DraftVocab;
+
+/// How shared heads reach the draft vocabulary's logits.
+#[derive(Debug)]
+enum VocabHead<B: Backend> {
+    /// The target's output rows of the draft vocabulary, as a projection of their own (packed
+    /// for the CPU's skinny kernels where the backend is flex).
+    Rows(Box<HostLinear<B>>),
+    /// The target's whole head, then the draft vocabulary's columns picked (a target whose
+    /// head is held packed only).
+    Pick(Tensor<B, 1, Int>),
+}
 
 /// How the tree is chosen each step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,6 +92,8 @@ struct Pending {
 pub struct MedusaDrafter<B: Backend> {
     heads: MedusaHeads<B>,
     settings: MedusaSettings,
+    /// The tokens the heads draft from, where they do not draft from the whole vocabulary.
+    vocab: Option<(DraftVocab, Option<VocabHead<B>>)>,
     /// `rank_accuracy[head][rank]` on the held-out split: the static tree's values.
     rank_accuracy: Vec<Vec<f64>>,
     /// Acceptance of each head's candidates by the probability the head gave them.
@@ -116,6 +132,7 @@ impl<B: Backend> MedusaDrafter<B> {
         Ok(Self {
             heads,
             settings,
+            vocab: None,
             rank_accuracy,
             calibration: (0..n)
                 .map(|_| AcceptanceByConfidence::new(BUCKETS, DECAY))
@@ -127,6 +144,69 @@ impl<B: Backend> MedusaDrafter<B> {
             idle: 0,
             next_idle: 1,
         })
+    }
+
+    /// Drafting from `vocab` only (the heads' logits are over its tokens). Heads that share
+    /// the target's head take its rows from `target_head` (`Transformer::output_weight`); without
+    /// it they project through the whole head and pick the columns.
+    ///
+    /// # Errors
+    /// Heads with their own projections of another width than `vocab`, or rows unreadable.
+    pub fn with_draft_vocab(
+        mut self,
+        vocab: DraftVocab,
+        target_head: Option<Tensor<B, 2>>,
+    ) -> Result<Self, MedusaError> {
+        if let Some(p) = self.heads.projections.first() {
+            let width = p.weight.val().dims()[1];
+            if width != vocab.len() {
+                return Err(MedusaError::Settings(format!(
+                    "the heads project to {width} tokens, the draft vocabulary has {}",
+                    vocab.len()
+                )));
+            }
+            self.vocab = Some((vocab, None));
+            return Ok(self);
+        }
+        let head = match target_head {
+            Some(weight) => {
+                let vocab_size = weight.dims()[0];
+                if vocab
+                    .ids()
+                    .last()
+                    .is_some_and(|&t| t as usize >= vocab_size)
+                {
+                    return Err(MedusaError::Settings(format!(
+                        "the draft vocabulary names tokens beyond the target's {vocab_size}"
+                    )));
+                }
+                let device = weight.device();
+                let rows = vocab.rows(weight);
+                let shape = rows.dims().to_vec();
+                let data: Vec<f32> = rows.into_data().convert::<f32>().into_vec().map_err(|e| {
+                    MedusaError::Settings(format!("reading the head's rows: {e:?}"))
+                })?;
+                let rows = HostTensor { shape, data };
+                VocabHead::Rows(Box::new(
+                    HostLinear::from_host(rows, None, Some(WeightFormat::F32), false, &device)
+                        .map_err(|e| MedusaError::Settings(e.to_string()))?,
+                ))
+            }
+            None => {
+                let ids: Vec<i64> = vocab.ids().iter().map(|&t| i64::from(t)).collect();
+                let device = self
+                    .heads
+                    .blocks
+                    .first()
+                    .map(|b| b.linear.weight.val().device())
+                    .unwrap_or_default();
+                let ids =
+                    Tensor::<B, 1, Int>::from_data(TensorData::new(ids, [vocab.len()]), &device);
+                VocabHead::Pick(ids)
+            }
+        };
+        self.vocab = Some((vocab, Some(head)));
+        Ok(self)
     }
 
     pub fn lengths(&self) -> &LengthController {
@@ -150,7 +230,15 @@ impl<B: Backend> MedusaDrafter<B> {
                 .collect();
             Tensor::cat(rows, 0)
         } else {
-            request.target()?.model().project(states)?
+            match self.vocab.as_ref().and_then(|(_, head)| head.as_ref()) {
+                Some(VocabHead::Rows(rows)) => rows.forward(states)?,
+                Some(VocabHead::Pick(ids)) => request
+                    .target()?
+                    .model()
+                    .project(states)?
+                    .select(1, ids.clone()),
+                None => request.target()?.model().project(states)?,
+            }
         };
         let [heads, vocab] = logits.dims();
         let values: Vec<f32> = logits
@@ -158,8 +246,17 @@ impl<B: Backend> MedusaDrafter<B> {
             .convert::<f32>()
             .into_vec()
             .map_err(|e| EngineError::Drafter(format!("reading the heads' logits: {e:?}")))?;
+        let token = |i: u32| match &self.vocab {
+            Some((v, _)) => v.token(i as usize),
+            None => Some(i),
+        };
         Ok((0..heads)
-            .map(|k| top_probabilities(&values[k * vocab..(k + 1) * vocab], self.settings.top))
+            .map(|k| {
+                top_probabilities(&values[k * vocab..(k + 1) * vocab], self.settings.top)
+                    .into_iter()
+                    .filter_map(|(i, p)| Some((token(i)?, p)))
+                    .collect()
+            })
             .collect())
     }
 

@@ -3,7 +3,8 @@
 //!
 //! Tensors (burn's layout, `[in, out]`, f32): `head.{k}.residual.weight` `[hidden, hidden]`,
 //! `head.{k}.residual.bias` `[hidden]` and, where each head has its own projection,
-//! `head.{k}.projection.weight` `[hidden, vocab]`. Metadata key `medusa`: [`HeadsInfo`] as JSON.
+//! `head.{k}.projection.weight` `[hidden, vocab]` (`vocab`: the draft vocabulary's size where the
+//! heads have one). Metadata key `medusa`: [`HeadsInfo`] as JSON.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -16,6 +17,7 @@ use spec_train::identity::TargetIdentity;
 
 use crate::error::{MedusaError, Result};
 use crate::heads::MedusaHeads;
+use crate::vocab::DraftVocab;
 
 /// The file format's version.
 pub const FORMAT: u32 = 1;
@@ -33,6 +35,10 @@ pub struct HeadsInfo {
     pub rank_accuracy: Vec<Vec<f64>>,
     /// The training run's settings and figures, as the trainer reports them.
     pub training: serde_json::Value,
+    /// The tokens the heads draft from ([`DraftVocab`]), ascending; absent: the whole
+    /// vocabulary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft_vocab: Option<Vec<u32>>,
 }
 
 /// Heads with what their file says of them.
@@ -40,6 +46,7 @@ pub struct HeadsInfo {
 pub struct HeadsFile<B: Backend> {
     pub heads: MedusaHeads<B>,
     pub info: HeadsInfo,
+    pub vocab: Option<DraftVocab>,
 }
 
 fn file_error(path: &Path, message: impl Into<String>) -> MedusaError {
@@ -158,7 +165,16 @@ pub fn load<B: Backend>(
     }
     let tensors = SafeTensors::deserialize(&bytes)
         .map_err(|e| file_error(path, format!("corrupt heads file ({e})")))?;
-    let (hidden, vocab) = (target.hidden_size, target.vocab_size);
+    let draft_vocab = info
+        .draft_vocab
+        .clone()
+        .map(|ids| DraftVocab::new(ids, target.vocab_size))
+        .transpose()
+        .map_err(|e| file_error(path, e.to_string()))?;
+    let hidden = target.hidden_size;
+    let vocab = draft_vocab
+        .as_ref()
+        .map_or(target.vocab_size, DraftVocab::len);
     let read = |name: &str, shape: &[usize]| -> Result<TensorData> {
         let view = tensors
             .tensor(name)
@@ -198,5 +214,9 @@ pub fn load<B: Backend>(
             heads.projections.push(linear);
         }
     }
-    Ok(HeadsFile { heads, info })
+    Ok(HeadsFile {
+        heads,
+        info,
+        vocab: draft_vocab,
+    })
 }

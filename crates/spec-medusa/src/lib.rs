@@ -15,7 +15,13 @@
 //! with `W_k`, `b_k` zero at first and `W_out,k` either the head's own projection initialised
 //! from the target's output head or the target's head itself, frozen and shared (far cheaper for
 //! a 49,152- or 151,936-token vocabulary, and one skinny product for all heads when decoding).
-//! Medusa-1 trains the heads on a frozen target with `Σ_k λ_k · CE(p_k(· | h_t), x_{t+k+1})`.
+//! Medusa-1 trains the heads on a frozen target with `Σ_k λ_k · CE(p_k(· | h_t), x_{t+k+1})`
+//! ([`training`]): here over a dataset's replies teacher-forced through the target (many tokens
+//! a pass) with each `x` the target's own prediction at that position, or over answers the
+//! target wrote itself.
+//! Heads may draft from a [`DraftVocab`], the answers' most frequent tokens (FR-Spec, Zhao et
+//! al. 2025): `W_out,k` keeps only those rows, which cuts the projection that is most of a
+//! head's cost, in training and in drafting alike.
 //!
 //! # The tree and its verification
 //! Head `k`'s `top` likeliest tokens are the candidates at depth `k` under every node of depth
@@ -38,9 +44,11 @@ mod heads;
 pub mod spec;
 pub mod training;
 mod tree;
+pub mod vocab;
 
 pub use drafter::{MedusaDrafter, MedusaSettings, TreeMode};
 pub use error::{MedusaError, Result};
 pub use file::{HeadsFile, HeadsInfo};
 pub use heads::{MedusaHeads, ResidualBlock};
 pub use spec::MedusaSpec;
+pub use vocab::DraftVocab;

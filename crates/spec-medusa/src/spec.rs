@@ -91,8 +91,14 @@ impl MethodSpec for MedusaSpec {
             .map_err(|e| MethodError::build(format!("{}: {e}", ctx.target_path.display())))?;
         let loaded =
             file::load::<B>(&self.heads, &identity, ctx.device).map_err(MethodError::build)?;
-        let drafter = MedusaDrafter::new(loaded.heads, loaded.info.rank_accuracy, self.settings())
-            .map_err(MethodError::build)?;
+        let mut drafter =
+            MedusaDrafter::new(loaded.heads, loaded.info.rank_accuracy, self.settings())
+                .map_err(MethodError::build)?;
+        if let Some(vocab) = loaded.vocab {
+            drafter = drafter
+                .with_draft_vocab(vocab, target.output_weight())
+                .map_err(MethodError::build)?;
+        }
         Ok(Box::new(drafter))
     }
 }

@@ -1,15 +1,22 @@
-//! Training Medusa-1 heads on a frozen target from its own answers (`spec_train::data`): the
-//! loss, the batches and the held-out figures, as a [`spec_train::TrainTask`].
+//! Training Medusa-1 heads on a frozen target from answers with its hidden states
+//! (`spec_train::data`): the loss, the batches and the held-out figures, as a
+//! [`spec_train::TrainTask`].
 //!
 //! The backbone never runs here: its hidden states come cached from the fast inference path.
 //! A position `t` of an answer (the state that predicted token `t + 1`) teaches head `k`
 //! (1-based) the token at `t + k + 1`:
 //!
 //! ```text
-//! L = Σ_k λ_k · CE(p_k(· | h_t), x_{t+k+1}),   λ_k = 0.8^(k−1)
+//! L = Σ_k λ_k · CE(p_k(· | h_t), y_{t+k+1}),   λ_k = 0.8^(k−1)
 //! ```
 //!
 //! (Cai et al. 2024, eq. 1, with their decay), over the answer's positions that have that token.
+//! The labels `y` are the answer's tokens ([`LabelSource::Answer`]) or what the target itself
+//! predicts at each position, `argmax W h` ([`LabelSource::Target`]): on answers the target
+//! wrote greedily the two agree; on a dataset's answers, teacher-forced, the second teaches
+//! the heads the target's own next tokens, which is what they must guess when drafting. With a
+//! [`DraftVocab`], the softmax runs over its tokens only and a label outside it teaches nothing
+//! (it still counts as a miss in the accuracies).
 
 use std::sync::Arc;
 
@@ -24,6 +31,7 @@ use spec_train::{Evaluation, TrainTask};
 
 use crate::error::MedusaError;
 use crate::heads::MedusaHeads;
+use crate::vocab::DraftVocab;
 
 /// Each later head's weight in the loss relative to the one before (Medusa's λ decay).
 pub const LOSS_DECAY: f64 = 0.8;
@@ -33,6 +41,31 @@ pub const RANKS: usize = 10;
 const MAX_EVAL_POSITIONS: usize = 4096;
 /// Positions a held-out forward takes at once.
 const EVAL_CHUNK: usize = 256;
+/// Rows whose target predictions one product computes.
+const LABEL_CHUNK: usize = 512;
+
+/// Where the tokens the heads learn come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LabelSource {
+    /// The answer's own tokens.
+    #[default]
+    Answer,
+    /// The target's prediction at each position of the answer (`argmax W h`).
+    Target,
+}
+
+/// How the heads are set up for training.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrainingSetup {
+    pub heads: usize,
+    /// Each head a projection of its own (initialised from the target's head), or the target's
+    /// head shared and frozen.
+    pub own_projections: bool,
+    /// The draft vocabulary's size: the train labels' most frequent tokens; 0 keeps the whole
+    /// vocabulary.
+    pub draft_vocab: usize,
+    pub labels: LabelSource,
+}
 
 /// One batch: hidden states and, per head, each row's target and whether it has one.
 #[derive(Debug, Clone)]
@@ -41,8 +74,10 @@ pub struct MedusaBatch<B: Backend> {
     pub hidden: Tensor<B, 2>,
     /// Per head `[n]` (0 where the row has no target).
     pub targets: Vec<Tensor<B, 1, Int>>,
-    /// Per head `[n]`: 1 where the row has a target.
+    /// Per head `[n]`: 1 where the row has a target in the draft vocabulary.
     pub masks: Vec<Tensor<B, 1>>,
+    /// Per head: rows with a label, in the draft vocabulary or not.
+    pub labelled: Vec<usize>,
     pub rows: usize,
 }
 
@@ -58,25 +93,45 @@ struct Position {
 pub struct MedusaTraining<B: AutodiffBackend> {
     set: Arc<DistilledSet>,
     heads: usize,
+    /// Per sequence, the label of each answer row.
+    labels: Vec<Vec<u32>>,
+    vocab: Option<DraftVocab>,
+    /// The label counts of the train split by token, and the draft vocabulary's share of them
+    /// on each split.
+    coverage: (f64, f64),
     train: Vec<Position>,
     held_out: Vec<Position>,
-    /// The target's output weight `[vocab, hidden]`, frozen, where the heads share it.
+    /// A sample of the train positions, evaluated as the held-out ones are (for seeing the
+    /// heads overfit).
+    train_sample: Vec<Position>,
+    /// The target's output rows `[draft vocab, hidden]`, frozen, where the heads share them.
     shared: Option<Tensor<B::InnerBackend, 2>>,
+    /// The same rows, what a head's own projection starts from.
+    projection: Tensor<B::InnerBackend, 2>,
     identity: serde_json::Value,
 }
 
 impl<B: AutodiffBackend> MedusaTraining<B> {
-    /// A task training `heads` heads on `set`; `shared` is the target's output weight where the
-    /// heads share it; `identity` names the target and the settings (checkpoints keep it).
+    /// A task training heads as `setup` says on `set`; `target_head` is the target's output
+    /// weight `[vocab, hidden]`; `identity` names the target and the settings (checkpoints keep
+    /// it).
     ///
     /// # Errors
-    /// A set with no train or no held-out positions.
+    /// A set with no train or no held-out positions, a head of another shape than the set's.
     pub fn new(
         set: Arc<DistilledSet>,
-        heads: usize,
-        shared: Option<Tensor<B::InnerBackend, 2>>,
+        target_head: Tensor<B::InnerBackend, 2>,
+        setup: &TrainingSetup,
         identity: serde_json::Value,
     ) -> Result<Self, MedusaError> {
+        let [vocab_size, hidden] = target_head.dims();
+        if hidden != set.hidden_size || vocab_size != set.vocab_size {
+            return Err(MedusaError::Settings(format!(
+                "the target's head is [{vocab_size}, {hidden}], the answers' states have {} \
+                 features over {} tokens",
+                set.hidden_size, set.vocab_size
+            )));
+        }
         let (mut train, mut held_out) = (Vec::new(), Vec::new());
         for (s, sequence) in set.sequences.iter().enumerate() {
             let into = if sequence.held_out {
@@ -100,14 +155,59 @@ impl<B: AutodiffBackend> MedusaTraining<B> {
             )));
         }
         held_out.truncate(MAX_EVAL_POSITIONS);
+        let stride = train.len().div_ceil(MAX_EVAL_POSITIONS);
+        let train_sample = train.iter().step_by(stride).copied().collect();
+
+        let labels = match setup.labels {
+            LabelSource::Answer => set.sequences.iter().map(|s| s.answer().to_vec()).collect(),
+            LabelSource::Target => target_predictions(&set, &target_head)?,
+        };
+        let mut counts = [vec![0u64; vocab_size], vec![0u64; vocab_size]];
+        for (sequence, labels) in set.sequences.iter().zip(&labels) {
+            for &t in labels {
+                counts[usize::from(sequence.held_out)][t as usize] += 1;
+            }
+        }
+        let vocab = (setup.draft_vocab > 0 && setup.draft_vocab < vocab_size)
+            .then(|| DraftVocab::most_frequent(&counts[0], setup.draft_vocab))
+            .transpose()?;
+        let coverage = vocab.as_ref().map_or((1.0, 1.0), |v| {
+            (v.coverage(&counts[0]), v.coverage(&counts[1]))
+        });
+        let projection = match &vocab {
+            Some(v) => v.rows(target_head),
+            None => target_head,
+        };
         Ok(Self {
             set,
-            heads,
+            heads: setup.heads,
+            labels,
+            vocab,
+            coverage,
             train,
             held_out,
-            shared,
+            train_sample,
+            shared: (!setup.own_projections).then(|| projection.clone()),
+            projection,
             identity,
         })
+    }
+
+    /// The draft vocabulary, where the heads have one.
+    pub fn draft_vocab(&self) -> Option<&DraftVocab> {
+        self.vocab.as_ref()
+    }
+
+    /// The share of the train and of the held-out labels the draft vocabulary holds (1 without
+    /// one).
+    pub fn coverage(&self) -> (f64, f64) {
+        self.coverage
+    }
+
+    /// What a head's own projection starts from: the target's output rows of the draft
+    /// vocabulary `[draft vocab, hidden]`.
+    pub fn initial_projection(&self) -> Tensor<B::InnerBackend, 2> {
+        self.projection.clone()
     }
 
     /// Train positions (answer tokens with at least head 1's target).
@@ -122,16 +222,23 @@ impl<B: AutodiffBackend> MedusaTraining<B> {
         let mut hidden = Vec::with_capacity(n * hidden_size);
         let mut targets = vec![Vec::with_capacity(n); self.heads];
         let mut masks = vec![Vec::with_capacity(n); self.heads];
+        let mut labelled = vec![0; self.heads];
         for p in positions {
             let sequence = &self.set.sequences[p.sequence as usize];
             let row = p.row as usize;
             hidden.extend_from_slice(sequence.hidden_row(row, hidden_size));
-            let answer = sequence.answer();
+            let labels = &self.labels[p.sequence as usize];
             for k in 0..self.heads {
                 // Row `row` predicted answer token `row`; head k (0-based) the one k + 1 later.
-                match answer.get(row + k + 1) {
-                    Some(&t) => {
-                        targets[k].push(i64::from(t));
+                let label = labels.get(row + k + 1);
+                labelled[k] += usize::from(label.is_some());
+                let index = label.and_then(|&t| match &self.vocab {
+                    Some(v) => v.index_of(t),
+                    None => Some(t as usize),
+                });
+                match index {
+                    Some(i) => {
+                        targets[k].push(i as i64);
                         masks[k].push(1.0f32);
                     }
                     None => {
@@ -151,6 +258,7 @@ impl<B: AutodiffBackend> MedusaTraining<B> {
                 .into_iter()
                 .map(|m| Tensor::from_data(TensorData::new(m, [n]), device))
                 .collect(),
+            labelled,
             rows: n,
         }
     }
@@ -218,6 +326,49 @@ fn target_ranks<C: Backend>(
         .collect()
 }
 
+/// The target's prediction `argmax W h` at every answer row of `set`, per sequence.
+fn target_predictions<C: Backend>(
+    set: &DistilledSet,
+    head: &Tensor<C, 2>,
+) -> Result<Vec<Vec<u32>>, MedusaError> {
+    let hidden = set.hidden_size;
+    let weight = head.clone().transpose();
+    let rows: Vec<(usize, usize)> = set
+        .sequences
+        .iter()
+        .enumerate()
+        .flat_map(|(s, q)| (0..q.answer().len()).map(move |r| (s, r)))
+        .collect();
+    let mut labels: Vec<Vec<u32>> = set
+        .sequences
+        .iter()
+        .map(|q| Vec::with_capacity(q.answer().len()))
+        .collect();
+    for chunk in rows.chunks(LABEL_CHUNK) {
+        let mut values = Vec::with_capacity(chunk.len() * hidden);
+        for &(s, r) in chunk {
+            values.extend_from_slice(set.sequences[s].hidden_row(r, hidden));
+        }
+        let states = Tensor::<C, 2>::from_data(
+            TensorData::new(values, [chunk.len(), hidden]),
+            &head.device(),
+        );
+        let best: Vec<i64> = states
+            .matmul(weight.clone())
+            .argmax(1)
+            .into_data()
+            .convert::<i64>()
+            .into_vec()
+            .map_err(|e| {
+                MedusaError::Settings(format!("reading the target's predictions: {e:?}"))
+            })?;
+        for (&(s, _), t) in chunk.iter().zip(best) {
+            labels[s].push(t as u32);
+        }
+    }
+    Ok(labels)
+}
+
 /// Held-out figures of a set of heads: each head's loss and, per rank, how often its target
 /// sat there.
 #[derive(Debug, Clone, PartialEq)]
@@ -235,11 +386,31 @@ impl<B: AutodiffBackend> MedusaTraining<B> {
         heads: &MedusaHeads<B::InnerBackend>,
         device: &burn::tensor::Device<B::InnerBackend>,
     ) -> HeldOut {
+        self.figures(&self.held_out, heads, device)
+    }
+
+    /// The same figures on a sample of the train positions: far above the held-out ones, the
+    /// heads learnt their answers rather than the target.
+    pub fn train_figures(
+        &self,
+        heads: &MedusaHeads<B::InnerBackend>,
+        device: &burn::tensor::Device<B::InnerBackend>,
+    ) -> HeldOut {
+        self.figures(&self.train_sample, heads, device)
+    }
+
+    fn figures(
+        &self,
+        positions: &[Position],
+        heads: &MedusaHeads<B::InnerBackend>,
+        device: &burn::tensor::Device<B::InnerBackend>,
+    ) -> HeldOut {
         let k = self.heads;
         let mut loss_sums = vec![0.0; k];
+        let mut loss_counts = vec![0usize; k];
         let mut counts = vec![0usize; k];
         let mut at_rank = vec![vec![0usize; RANKS]; k];
-        for chunk in self.held_out.chunks(EVAL_CHUNK) {
+        for chunk in positions.chunks(EVAL_CHUNK) {
             let batch = self.batch_of::<B::InnerBackend>(chunk, device);
             let logits = heads.logits(batch.hidden.clone(), self.shared.as_ref());
             for (head, logits) in logits.into_iter().enumerate() {
@@ -248,7 +419,8 @@ impl<B: AutodiffBackend> MedusaTraining<B> {
                 let loss = head_loss(logits, &batch.targets[head], &batch.masks[head]);
                 let mean: f64 = loss.into_scalar().elem();
                 loss_sums[head] += mean * valid as f64;
-                counts[head] += valid;
+                loss_counts[head] += valid;
+                counts[head] += batch.labelled[head];
                 for r in ranks.into_iter().flatten() {
                     if r < RANKS {
                         at_rank[head][r] += 1;
@@ -258,7 +430,7 @@ impl<B: AutodiffBackend> MedusaTraining<B> {
         }
         let head_losses: Vec<f64> = loss_sums
             .iter()
-            .zip(&counts)
+            .zip(&loss_counts)
             .map(|(s, &c)| if c > 0 { s / c as f64 } else { f64::NAN })
             .collect();
         let loss = head_losses

@@ -42,6 +42,7 @@ fn info(own: bool) -> HeadsInfo {
         target: identity(),
         rank_accuracy: vec![vec![0.5, 0.2], vec![0.3, 0.1]],
         training: serde_json::json!({"steps": 3}),
+        draft_vocab: None,
     }
 }
 
@@ -75,6 +76,49 @@ fn saved_heads_load_back_the_same() {
                 .assert_approx_eq::<f32>(&b.into_data(), burn::tensor::Tolerance::default());
         }
     }
+}
+
+#[test]
+fn a_draft_vocabulary_loads_back_and_a_bad_one_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let device = Default::default();
+    let rows = Tensor::<B, 2>::random([4, 8], Distribution::Default, &device);
+    let h = MedusaHeads::<B>::new(2, 8, Some(rows), &device);
+    let info = HeadsInfo {
+        draft_vocab: Some(vec![1, 3, 7, 10]),
+        ..info(true)
+    };
+    let path = dir.path().join("vocab.safetensors");
+    save(&h, &info, &path).unwrap();
+    let loaded = load::<B>(&path, &identity(), &device).unwrap();
+    assert_eq!(
+        loaded.vocab.as_ref().map(|v| v.ids().to_vec()),
+        Some(vec![1, 3, 7, 10])
+    );
+    assert_eq!(loaded.info, info);
+    // Projections of another width than the draft vocabulary.
+    let wide = HeadsInfo {
+        draft_vocab: Some(vec![1, 3, 7]),
+        ..info.clone()
+    };
+    save(&h, &wide, &path).unwrap();
+    let message = load::<B>(&path, &identity(), &device)
+        .unwrap_err()
+        .to_string();
+    assert!(message.contains("expected F32 [8, 3]"), "{message}");
+    // A token the target's vocabulary does not have.
+    let outside = HeadsInfo {
+        draft_vocab: Some(vec![1, 3, 7, 11]),
+        ..info
+    };
+    save(&h, &outside, &path).unwrap();
+    let message = load::<B>(&path, &identity(), &device)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("draft token 11 lies outside the vocabulary of 11"),
+        "{message}"
+    );
 }
 
 #[test]

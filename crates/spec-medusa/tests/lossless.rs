@@ -1,6 +1,6 @@
 //! Medusa trees on small random models: greedy output equals plain decoding token for token
-//! whatever the heads, and sampled output follows the target's law (a total-variation bound
-//! over many seeded generations).
+//! whatever the heads and whatever their draft vocabulary, and sampled output follows the
+//! target's law (a total-variation bound over many seeded generations).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -11,7 +11,7 @@ use burn::module::Param;
 use burn::tensor::{Distribution, Tensor};
 use spec_core::sampling::SamplingConfig;
 use spec_engine::generate_speculative;
-use spec_medusa::{MedusaDrafter, MedusaHeads, MedusaSettings, TreeMode};
+use spec_medusa::{DraftVocab, MedusaDrafter, MedusaHeads, MedusaSettings, TreeMode};
 use spec_runtime::{
     Architecture, ForwardRequest, GenerateOptions, LogitRows, ModelConfig, RandomSource,
     Transformer, generate_plain,
@@ -42,10 +42,20 @@ fn model(vocab: usize, layers: usize, seed: u64) -> Transformer<B> {
 }
 
 /// Heads with random residual blocks (new heads are the identity, which would only repeat the
-/// target's next-token guess), sharing the target's head or with projections of their own.
-fn random_heads(target: &Transformer<B>, heads: usize, own: bool) -> MedusaHeads<B> {
+/// target's next-token guess), sharing the target's head or with projections of their own
+/// (over `vocab`'s rows where given).
+fn random_heads(
+    target: &Transformer<B>,
+    heads: usize,
+    own: bool,
+    vocab: Option<&DraftVocab>,
+) -> MedusaHeads<B> {
     let device = Default::default();
-    let own = own.then(|| target.output_weight().unwrap());
+    let rows = |weight: Tensor<B, 2>| match vocab {
+        Some(v) => v.rows(weight),
+        None => weight,
+    };
+    let own = own.then(|| rows(target.output_weight().unwrap()));
     let mut h = MedusaHeads::<B>::new(heads, HIDDEN, own, &device);
     for block in &mut h.blocks {
         block.linear.weight = Param::from_tensor(Tensor::random(
@@ -70,13 +80,68 @@ fn greedy_medusa_equals_plain_decoding() {
         top: 3,
     };
     let accuracy = vec![vec![0.6, 0.2, 0.1]; 4];
-    for (what, own, settings) in [
-        ("shared head, auto", false, MedusaSettings::default()),
-        ("shared head, static", false, static_tree.clone()),
-        ("own projections, static", true, static_tree),
+    // Every third token and the ones the plain output uses, so that drafts can be accepted.
+    let mut ids: Vec<u32> = (0..61).step_by(3).collect();
+    ids.extend(&plain.tokens);
+    ids.sort_unstable();
+    ids.dedup();
+    let vocab = DraftVocab::new(ids, 61).unwrap();
+    #[derive(Clone, Copy)]
+    enum Vocab {
+        Whole,
+        /// The draft vocabulary's rows taken from the target's head.
+        Rows,
+        /// The whole head's logits, the draft vocabulary's columns picked.
+        Picked,
+    }
+    for (what, own, settings, draft) in [
+        (
+            "shared head, auto",
+            false,
+            MedusaSettings::default(),
+            Vocab::Whole,
+        ),
+        (
+            "shared head, static",
+            false,
+            static_tree.clone(),
+            Vocab::Whole,
+        ),
+        (
+            "own projections, static",
+            true,
+            static_tree.clone(),
+            Vocab::Whole,
+        ),
+        (
+            "draft vocabulary, rows, auto",
+            false,
+            MedusaSettings::default(),
+            Vocab::Rows,
+        ),
+        (
+            "draft vocabulary, picked, static",
+            false,
+            static_tree.clone(),
+            Vocab::Picked,
+        ),
+        (
+            "draft vocabulary, own projections",
+            true,
+            static_tree.clone(),
+            Vocab::Rows,
+        ),
     ] {
-        let heads = random_heads(&target, 4, own);
+        let subset = (!matches!(draft, Vocab::Whole)).then_some(&vocab);
+        let heads = random_heads(&target, 4, own, subset);
         let mut drafter = MedusaDrafter::new(heads, accuracy.clone(), settings).unwrap();
+        drafter = match draft {
+            Vocab::Whole => drafter,
+            Vocab::Rows => drafter
+                .with_draft_vocab(vocab.clone(), target.output_weight())
+                .unwrap(),
+            Vocab::Picked => drafter.with_draft_vocab(vocab.clone(), None).unwrap(),
+        };
         let spec =
             generate_speculative(&target, &mut drafter, &PROMPT, &options, &mut |_| {}).unwrap();
         assert_eq!(spec.tokens, plain.tokens, "{what}");
@@ -91,7 +156,27 @@ fn greedy_medusa_equals_plain_decoding() {
 #[test]
 fn bad_settings_are_refused() {
     let target = model(61, 2, 1);
-    let heads = random_heads(&target, 2, false);
+    let heads = random_heads(&target, 2, true, None);
+    let narrow = DraftVocab::new(vec![1, 2, 3], 61).unwrap();
+    let drafter = MedusaDrafter::new(heads, Vec::new(), MedusaSettings::default()).unwrap();
+    let error = drafter.with_draft_vocab(narrow, None).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("project to 61 tokens, the draft vocabulary has 3"),
+        "{error}"
+    );
+    let heads = random_heads(&target, 2, false, None);
+    let beyond = DraftVocab::new(vec![1, 70], 80).unwrap();
+    let drafter = MedusaDrafter::new(heads, Vec::new(), MedusaSettings::default()).unwrap();
+    let error = drafter
+        .with_draft_vocab(beyond, target.output_weight())
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("beyond the target's 61"),
+        "{error}"
+    );
+    let heads = random_heads(&target, 2, false, None);
     let settings = MedusaSettings {
         top: 0,
         ..MedusaSettings::default()
@@ -156,15 +241,17 @@ fn sampled_medusa_follows_the_targets_law() {
             law.values().copied().fold(0.0, f64::max) < 0.3
         })
         .expect("a random model with a spread law");
-    for sampling in [
-        SamplingConfig::with_temperature(1.0),
-        SamplingConfig::with_temperature(0.8).top_k(3),
+    // The second case drafts from three of the five tokens only.
+    let three = DraftVocab::new(vec![0, 2, 3], vocab).unwrap();
+    for (sampling, draft_vocab) in [
+        (SamplingConfig::with_temperature(1.0), None),
+        (SamplingConfig::with_temperature(0.8).top_k(3), Some(three)),
     ] {
         let law = three_token_law(&target, &prompt, &sampling);
         let runs = 40_000;
         let mut counts: HashMap<Vec<u32>, u64> = HashMap::new();
         let mut drafter = MedusaDrafter::new(
-            random_heads(&target, 3, false),
+            random_heads(&target, 3, false, None),
             vec![vec![0.5, 0.3]; 3],
             MedusaSettings {
                 tree: TreeMode::Static,
@@ -173,6 +260,9 @@ fn sampled_medusa_follows_the_targets_law() {
             },
         )
         .unwrap();
+        if let Some(v) = draft_vocab {
+            drafter = drafter.with_draft_vocab(v, target.output_weight()).unwrap();
+        }
         let mut drafted = 0;
         for seed in 0..runs {
             let options = GenerateOptions::new(4, sampling.seed(seed));

@@ -11,7 +11,7 @@ use burn::module::AutodiffModule;
 use spec_core::sampling::SamplingConfig;
 use spec_engine::generate_speculative;
 use spec_medusa::file::{FORMAT, load, save};
-use spec_medusa::training::MedusaTraining;
+use spec_medusa::training::{LabelSource, MedusaTraining, TrainingSetup};
 use spec_medusa::{HeadsInfo, MedusaDrafter, MedusaHeads, MedusaSettings, TreeMode};
 use spec_runtime::{
     Architecture, GenerateOptions, ModelConfig, RandomSource, Transformer, generate_plain,
@@ -53,12 +53,12 @@ fn prompt(i: u64) -> Vec<u32> {
         .collect()
 }
 
-fn distilled(target: &Transformer<B>) -> DistilledSet {
+fn distilled(target: &Transformer<B>, sampling: SamplingConfig) -> DistilledSet {
     let settings = DistillSettings {
         max_prompt_tokens: 16,
         max_new_tokens: 40,
-        // Sampled: this model's greedy answers soon repeat one token, which any head predicts.
-        sampling: SamplingConfig::with_temperature(1.0).seed(9),
+        sampling,
+        ..DistillSettings::default()
     };
     let sequences = (0..48)
         .map(|i| {
@@ -74,14 +74,74 @@ fn distilled(target: &Transformer<B>) -> DistilledSet {
     }
 }
 
+fn setup(draft_vocab: usize, labels: LabelSource) -> TrainingSetup {
+    TrainingSetup {
+        heads: 3,
+        own_projections: false,
+        draft_vocab,
+        labels,
+    }
+}
+
+#[test]
+fn the_targets_own_predictions_are_its_greedy_answers() {
+    let target = model();
+    let set = Arc::new(distilled(&target, SamplingConfig::greedy()));
+    let head = target.output_weight().unwrap();
+    // Labels by the target's predictions reach the same figures as the answers' own tokens.
+    let answers = MedusaTraining::<T>::new(
+        set.clone(),
+        head.clone(),
+        &setup(0, LabelSource::Answer),
+        serde_json::Value::Null,
+    )
+    .unwrap();
+    let predicted = MedusaTraining::<T>::new(
+        set,
+        head,
+        &setup(0, LabelSource::Target),
+        serde_json::Value::Null,
+    )
+    .unwrap();
+    let heads = MedusaHeads::<B>::new(3, HIDDEN, None, &Default::default());
+    let device = Default::default();
+    assert_eq!(
+        answers.held_out_figures(&heads, &device),
+        predicted.held_out_figures(&heads, &device)
+    );
+    assert_eq!(
+        answers.train_figures(&heads, &device),
+        predicted.train_figures(&heads, &device)
+    );
+}
+
 #[test]
 fn heads_learn_the_targets_continuations_and_decode_losslessly() {
+    // The whole vocabulary, and a draft vocabulary of the 24 most frequent labels.
+    for draft_vocab in [0, 24] {
+        learn_and_decode(draft_vocab);
+    }
+}
+
+fn learn_and_decode(draft_vocab: usize) {
     let target = model();
     let device = Default::default();
-    let set = Arc::new(distilled(&target));
-    let shared = target.output_weight().unwrap();
-    let task = MedusaTraining::<T>::new(set, 3, Some(shared), serde_json::json!({"test": "tiny"}))
-        .unwrap();
+    // Sampled: this model's greedy answers soon repeat one token, which any head predicts.
+    let set = Arc::new(distilled(
+        &target,
+        SamplingConfig::with_temperature(1.0).seed(9),
+    ));
+    let task = MedusaTraining::<T>::new(
+        set,
+        target.output_weight().unwrap(),
+        &setup(draft_vocab, LabelSource::Answer),
+        serde_json::json!({"test": "tiny"}),
+    )
+    .unwrap();
+    assert_eq!(
+        task.draft_vocab().map(spec_medusa::DraftVocab::len),
+        (draft_vocab > 0).then_some(draft_vocab)
+    );
     let heads = MedusaHeads::<T>::new(3, HIDDEN, None, &device);
     let before = task.held_out_figures(&heads.valid(), &device);
     let settings = TrainSettings {
@@ -97,7 +157,8 @@ fn heads_learn_the_targets_continuations_and_decode_losslessly() {
     let heads = heads.valid();
     let after = task.held_out_figures(&heads, &device);
     println!(
-        "held-out loss {:.3} -> {:.3}; top-1 by head {:.3?} -> {:.3?}; {:.0} positions/s",
+        "draft vocabulary {draft_vocab}: held-out loss {:.3} -> {:.3}; top-1 by head {:.3?} -> \
+         {:.3?}; {:.0} positions/s",
         before.loss,
         after.loss,
         before
@@ -132,6 +193,7 @@ fn heads_learn_the_targets_continuations_and_decode_losslessly() {
         target: identity.clone(),
         rank_accuracy: after.rank_accuracy.clone(),
         training: serde_json::Value::Null,
+        draft_vocab: task.draft_vocab().map(|v| v.ids().to_vec()),
     };
     save(&heads, &info, &path).unwrap();
     let loaded = load::<B>(&path, &identity, &device).unwrap();
@@ -148,6 +210,11 @@ fn heads_learn_the_targets_continuations_and_decode_losslessly() {
         },
     )
     .unwrap();
+    if let Some(vocab) = loaded.vocab {
+        drafter = drafter
+            .with_draft_vocab(vocab, target.output_weight())
+            .unwrap();
+    }
     let spec = generate_speculative(&target, &mut drafter, &unseen, &options, &mut |_| {}).unwrap();
     assert_eq!(spec.tokens, plain.tokens);
     println!(
